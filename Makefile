@@ -1,0 +1,58 @@
+# The front door: `make run` and `make test` (see README Quickstart).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TOOLS  := .tools
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test venv install-test system-deps lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[fast]'
+	touch $@
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/tsproxy serve $(ARGS)
+
+$(VENV)/.installed-test: $(STAMP) pyproject.toml
+	$(PIP) install -q -e '.[fast,spark,test]'
+	touch $@
+
+# The aws cli pins its own botocore; it lives in a venv of its own so it never fights aiobotocore.
+$(TOOLS)/awscli/bin/aws:
+	$(PYTHON) -m venv $(TOOLS)/awscli
+	$(TOOLS)/awscli/bin/pip install -q awscli
+
+# System packages the tests use: a real Prometheus (and promtool), Java for Spark.
+system-deps:
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v java >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus default-jre-headless >/dev/null; \
+	  $$SUDO systemctl stop prometheus 2>/dev/null || $$SUDO service prometheus stop 2>/dev/null || true; \
+	fi
+
+install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps
+
+lint: install-test
+	$(VENV)/bin/ruff check tsproxy tests benchmarks
+	$(VENV)/bin/ruff format --check tsproxy tests benchmarks
+
+typecheck: install-test
+	$(VENV)/bin/mypy
+
+test: install-test lint typecheck
+	PATH="$(CURDIR)/$(TOOLS)/awscli/bin:$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+unit: install-test
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+bench: install-test
+	$(PY) benchmarks/transform.py
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache tsproxy-data
