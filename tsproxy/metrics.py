@@ -1,0 +1,131 @@
+"""Prometheus metrics: every series tsproxy exports, registered in one place.
+
+Each labelled series that operators alert on is created up front (see `Metrics.prime`) so it is present,
+at zero, from the first scrape. Names follow Prometheus conventions: `tsproxy_` prefix, base units,
+`_total` for counters, `_seconds` and `_bytes` for units.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Latency buckets from 1 ms to 60 s: cache hits are sub-millisecond, cold multi-MiB reads take seconds.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# S3 operations the server knows; primed so that every (operation, status class) series exists.
+OPERATIONS = (
+    "ListBuckets", "CreateBucket", "HeadBucket", "DeleteBucket", "GetBucketLocation", "GetBucketVersioning",
+    "ListObjectVersions", "ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "PutObject",
+    "CopyObject", "DeleteObject", "DeleteObjects", "CreateMultipartUpload", "UploadPart", "UploadPartCopy",
+    "CompleteMultipartUpload", "AbortMultipartUpload", "ListParts", "ListMultipartUploads", "Unknown",
+)  # fmt: skip
+BACKEND_OPERATIONS = (
+    "GetObject", "HeadObject", "PutObject", "DeleteObject", "ListObjectsV2", "CopyObject",
+    "CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload",
+    "AbortMultipartUpload", "ListMultipartUploads", "CreateBucket", "DeleteBucket", "HeadBucket",
+    "ListBuckets",
+)  # fmt: skip
+
+
+class Metrics:
+    """All tsproxy series on one registry (a fresh registry per server keeps tests independent)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        # Client side.
+        self.requests = Counter(
+            "tsproxy_requests_total", "Client S3 requests by operation and HTTP status.", ["operation", "status"], registry=r
+        )
+        self.request_seconds = Histogram(
+            "tsproxy_request_duration_seconds", "Client request latency, first byte in to last byte out.",
+            ["operation"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.client_bytes_in = Counter(
+            "tsproxy_client_received_bytes_total", "Object bytes received from clients (original bytes).", registry=r
+        )
+        self.client_bytes_out = Counter(
+            "tsproxy_client_sent_bytes_total", "Object bytes sent to clients (original bytes).", registry=r
+        )
+        self.in_flight = Gauge("tsproxy_requests_in_flight", "Client requests being served.", registry=r)
+        self.multipart_in_progress = Gauge(
+            "tsproxy_multipart_uploads_in_progress", "Client part uploads being received right now.", registry=r
+        )
+        # Backend side.
+        self.backend_requests = Counter(
+            "tsproxy_backend_requests_total", "Backend requests by operation and outcome (ok or an error code).",
+            ["operation", "outcome"], registry=r,
+        )  # fmt: skip
+        self.backend_retries = Counter(
+            "tsproxy_backend_retries_total", "Backend requests retried, by operation.", ["operation"], registry=r
+        )
+        self.backend_seconds = Histogram(
+            "tsproxy_backend_request_duration_seconds", "Backend request latency.", ["operation"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.backend_bytes_in = Counter(
+            "tsproxy_backend_received_bytes_total", "Stored bytes read from the backend.", registry=r
+        )
+        self.backend_bytes_out = Counter(
+            "tsproxy_backend_sent_bytes_total", "Stored bytes written to the backend.", registry=r
+        )
+        # Transform.
+        self.transform_original_bytes = Counter(
+            "tsproxy_transform_original_bytes_total", "Original bytes of chunks stored.", registry=r
+        )
+        self.transform_stored_bytes = Counter(
+            "tsproxy_transform_stored_bytes_total", "Stored bytes of chunks after compression and encryption.",
+            registry=r,
+        )  # fmt: skip
+        self.transform_cpu_seconds = Counter(
+            "tsproxy_transform_cpu_seconds_total", "Thread CPU seconds spent transforming, by direction.",
+            ["direction"], registry=r,
+        )  # fmt: skip
+        self.integrity_errors = Counter(
+            "tsproxy_integrity_errors_total", "Stored data that failed authentication or a checksum.", registry=r
+        )
+        # Cache.
+        self.cache_requests = Counter(
+            "tsproxy_cache_requests_total", "Chunk cache lookups by result (hit or miss).", ["result"], registry=r
+        )
+        self.cache_bytes = Counter(
+            "tsproxy_cache_bytes_total", "Chunk bytes served from cache (hit) or fetched (miss).", ["result"], registry=r
+        )
+        self.cache_size = Gauge("tsproxy_cache_size_bytes", "Bytes held by the chunk cache on disk.", registry=r)
+        self.cache_limit = Gauge("tsproxy_cache_limit_bytes", "Configured chunk cache size.", registry=r)
+        self.cache_evictions = Counter(
+            "tsproxy_cache_evictions_total", "Chunks evicted from the cache to stay within its size.", registry=r
+        )
+        self.cache_corrupt = Counter(
+            "tsproxy_cache_corrupt_total", "Cache entries that failed their checksum and were refetched.", registry=r
+        )
+        self.singleflight_joins = Counter(
+            "tsproxy_singleflight_joins_total", "Chunk reads that joined a download already under way.", registry=r
+        )
+        self.prefetch_chunks = Counter(
+            "tsproxy_prefetch_chunks_total", "Prefetched chunks by fate: issued, used, wasted (evicted unread).",
+            ["state"], registry=r,
+        )  # fmt: skip
+        self.manifest_cache = Counter(
+            "tsproxy_manifest_cache_requests_total", "Manifest cache lookups by result.", ["result"], registry=r
+        )
+        self.prime()
+
+    def prime(self) -> None:
+        """Create the labelled series operators graph and alert on, so they exist at zero."""
+        for op in OPERATIONS:
+            self.request_seconds.labels(op)
+            for status in ("200", "206", "204", "304", "400", "403", "404", "412", "416", "500", "503"):
+                self.requests.labels(op, status)
+        for op in BACKEND_OPERATIONS:
+            self.backend_seconds.labels(op)
+            self.backend_retries.labels(op)
+            self.backend_requests.labels(op, "ok")
+            self.backend_requests.labels(op, "error")
+        for direction in ("store", "read"):
+            self.transform_cpu_seconds.labels(direction)
+        for result in ("hit", "miss"):
+            self.cache_requests.labels(result)
+            self.cache_bytes.labels(result)
+            self.manifest_cache.labels(result)
+        for state in ("issued", "used", "wasted"):
+            self.prefetch_chunks.labels(state)
