@@ -1,0 +1,148 @@
+"""A client's request body as a stream of payload bytes, checked as S3 checks it.
+
+Handles plain bodies (Content-Length, optional signed SHA-256) and `aws-chunked` bodies (signed chunks or
+unsigned with trailing checksums). Content-MD5 and `x-amz-checksum-*` values, sent as headers or as
+trailers, are verified once the body has ended. A failed check raises the S3 error *before* the
+iterator finishes, so whatever consumes it (a backend upload) aborts and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+
+from tsproxy import errors
+from tsproxy.s3.checksums import Checksum, checksum_headers, declared_trailer
+from tsproxy.s3.chunked import AwsChunkedDecoder
+from tsproxy.s3.sigv4 import AuthResult
+
+READ_SIZE = 1 << 20
+MAX_SINGLE_PUT = 5 << 30  # S3's limit for PutObject and UploadPart
+
+
+@dataclass
+class BodyResult:
+    """What the body turned out to be, filled in as the stream ends."""
+
+    size: int = 0
+    md5: bytes = b""
+    checksums: dict[str, str] = field(default_factory=dict)  # header name -> base64 value, to echo
+
+
+class ContentReader:
+    """The minimal reader interface of aiohttp's StreamReader that we use."""
+
+    async def read(self, n: int = -1) -> bytes:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+def _declared_length(headers: Mapping[str, str], chunked: bool) -> int | None:
+    name = "x-amz-decoded-content-length" if chunked else "content-length"
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.InvalidArgument(f"{name} is not a number", ArgumentName=name) from None
+    if value < 0:
+        raise errors.InvalidArgument(f"{name} is negative", ArgumentName=name)
+    return value
+
+
+def _content_md5(headers: Mapping[str, str]) -> bytes | None:
+    raw = headers.get("content-md5")
+    if raw is None:
+        return None
+    try:
+        digest = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise errors.InvalidDigest() from None
+    if len(digest) != 16:
+        raise errors.InvalidDigest()
+    return digest
+
+
+async def payload(
+    content: ContentReader, headers: Mapping[str, str], auth: AuthResult, result: BodyResult
+) -> AsyncIterator[bytes]:
+    """Yield the client's payload bytes; raise the S3 error of the first failed check.
+
+    `headers` is case-insensitive. `result` receives the size, MD5 and checksums once the body ends.
+    """
+    mode = auth.payload_mode
+    chunked = mode.startswith("STREAMING-")
+    length = _declared_length(headers, chunked)
+    if chunked and length is None and "content-length" not in headers:
+        raise errors.MissingContentLength()
+    if not chunked and length is None and headers.get("transfer-encoding", "").lower() != "chunked":
+        raise errors.MissingContentLength()
+    if length is not None and length > MAX_SINGLE_PUT:
+        raise errors.EntityTooLarge()
+
+    expected_md5 = _content_md5(headers)
+    header_sums = checksum_headers(headers)
+    trailer = declared_trailer(headers) if chunked else None
+    if len(header_sums) + (1 if trailer else 0) > 1:
+        raise errors.InvalidRequest("Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.")
+    algorithm: str | None = None
+    if header_sums:
+        algorithm = next(iter(header_sums)).rsplit("-", 1)[-1].upper()
+    elif trailer:
+        algorithm = trailer.rsplit("-", 1)[-1].upper()
+    try:
+        checksum = Checksum(algorithm) if algorithm else None
+    except ValueError:
+        raise errors.InvalidRequest(f"Unsupported checksum algorithm {algorithm}") from None
+
+    md5 = hashlib.md5()
+    sha256 = hashlib.sha256() if mode == "SHA256" else None
+    decoder = (
+        AwsChunkedDecoder(auth, decoded_length=length, trailer=trailer, checksum_algorithm=None) if chunked else None
+    )
+    received = 0
+
+    def account(piece: bytes | memoryview) -> None:
+        nonlocal received
+        received += len(piece)
+        if length is not None and received > length:
+            raise errors.InvalidRequest("The body is longer than its declared length.")
+        md5.update(piece)
+        if checksum is not None:
+            checksum.update(piece)
+
+    while True:
+        raw = await content.read(READ_SIZE)
+        if not raw:
+            break
+        if sha256 is not None:
+            sha256.update(raw)
+        if decoder is None:
+            account(raw)
+            yield raw
+            continue
+        for piece in decoder.feed(raw):
+            account(piece)
+            yield bytes(piece)
+
+    trailers: dict[str, str] = decoder.finish() if decoder is not None else {}
+    if length is not None and received != length:
+        raise errors.IncompleteBody()
+    if sha256 is not None and sha256.hexdigest() != (auth.payload_sha256 or "").lower():
+        raise errors.XAmzContentSHA256Mismatch()
+    digest = md5.digest()
+    if expected_md5 is not None and digest != expected_md5:
+        raise errors.BadDigest()
+    if checksum is not None and algorithm is not None:
+        name = f"x-amz-checksum-{algorithm.lower()}"
+        claimed = header_sums.get(name) or trailers.get(name)
+        if claimed is None:
+            raise errors.InvalidRequest(f"The {name} trailer was declared but not sent.")
+        if claimed != checksum.b64digest():
+            raise errors.BadDigest(f"The {algorithm} you specified did not match the calculated checksum.")
+        result.checksums[name] = claimed
+    result.size = received
+    result.md5 = digest
