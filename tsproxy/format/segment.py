@@ -1,0 +1,264 @@
+"""Segments: the unit the store path transforms in one pass (a single PUT, or one part of a multipart upload).
+
+A segment is cut into chunks of the object's chunk size (the last may be short). Each chunk is
+compressed with zstd when the segment's compression decision says so and the result is strictly
+smaller, then sealed with AES-256-GCM (16-byte tag, derived nonce) or, without encryption, stored as is
+with its CRC32C recorded. A stored chunk is therefore raw exactly when its length is the original length
+(plus 16 with encryption); no per-chunk flag is needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+import zstandard
+from awscrt.checksums import crc32c
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from tsproxy.errors import FormatError
+
+from .context import (
+    MAX_CHUNK_NO,
+    MAX_SEGMENT_NO,
+    SALT_SIZE,
+    ObjectContext,
+    aad_prefix,
+    chunk_aad,
+    chunk_nonce,
+)
+from .index import MAX_STORED_CHUNK, decode_sizes, encode_sizes
+from .kafka_probe import looks_like_compressed_kafka
+from .settings import TransformSettings
+from .wire import Reader, Writer
+
+_INFO_VERSION = 1
+_F_COMPRESSED = 0x01
+_F_SALT = 0x02
+_F_CRC = 0x04
+MD5_SIZE = 16
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What the manifest records of one segment once it is transformed."""
+
+    segment_no: int
+    salt: bytes  # 8 random bytes with encryption, empty without
+    original_size: int
+    md5: bytes  # MD5 of the segment's original bytes
+    stored_sizes: tuple[int, ...]
+    compressed: bool  # whether compression was attempted (auto may decide not to); informational
+    crc32c: tuple[int, ...] = ()  # CRC32C of each stored chunk, without encryption only
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.segment_no <= MAX_SEGMENT_NO:
+            raise ValueError(f"segment_no {self.segment_no} is not within 1..{MAX_SEGMENT_NO}")
+        if len(self.salt) not in (0, SALT_SIZE):
+            raise ValueError("salt must be 8 bytes (encrypted) or empty")
+        if len(self.md5) != MD5_SIZE:
+            raise ValueError("md5 must be 16 bytes")
+        if self.original_size < 0:
+            raise ValueError("original_size cannot be negative")
+        if self.crc32c and len(self.crc32c) != len(self.stored_sizes):
+            raise ValueError("one CRC32C per stored chunk")
+        if self.salt and self.crc32c:
+            raise ValueError("an encrypted segment has no CRC32Cs; its chunks carry tags")
+        if not self.salt and len(self.crc32c) != len(self.stored_sizes):
+            raise ValueError("an unencrypted segment needs a CRC32C per chunk")
+
+    @property
+    def stored_size(self) -> int:
+        """Bytes the segment's chunks take in the backend."""
+        return sum(self.stored_sizes)
+
+    @property
+    def encrypted(self) -> bool:
+        return bool(self.salt)
+
+    def write(self, w: Writer) -> None:
+        """Append the segment's manifest encoding to w."""
+        w.varint(self.segment_no)
+        flags = (_F_COMPRESSED if self.compressed else 0) | (_F_SALT if self.salt else 0)
+        flags |= _F_CRC if self.crc32c else 0
+        w.u8(flags)
+        w.raw(self.salt)
+        w.varint(self.original_size)
+        w.raw(self.md5)
+        w.raw(encode_sizes(self.stored_sizes))
+        if self.crc32c:
+            w.raw(b"".join(c.to_bytes(4, "big") for c in self.crc32c))
+
+    @classmethod
+    def read(cls, r: Reader) -> SegmentInfo:
+        """Read one segment written by write(); IntegrityError when malformed."""
+        segment_no = r.varint(MAX_SEGMENT_NO)
+        flags = r.u8()
+        if flags & ~(_F_COMPRESSED | _F_SALT | _F_CRC):
+            raise r.fail(f"unknown segment flags {flags:#x}")
+        salt = bytes(r.take(SALT_SIZE)) if flags & _F_SALT else b""
+        original_size = r.varint()
+        md5 = bytes(r.take(MD5_SIZE))
+        sizes = decode_sizes(r, r.remaining())
+        crcs: tuple[int, ...] = ()
+        if flags & _F_CRC:
+            raw = r.take(4 * len(sizes))
+            crcs = tuple(int.from_bytes(raw[i : i + 4], "big") for i in range(0, len(raw), 4))
+        try:
+            return cls(segment_no, salt, original_size, md5, sizes, bool(flags & _F_COMPRESSED), crcs)
+        except ValueError as e:
+            raise r.fail(str(e)) from None
+
+    def to_bytes(self) -> bytes:
+        """Self-contained bytes (e.g. to keep with a multipart part until completion)."""
+        w = Writer()
+        w.u8(_INFO_VERSION)
+        self.write(w)
+        return bytes(w.buf)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SegmentInfo:
+        """Inverse of to_bytes(); FormatError (IntegrityError when malformed)."""
+        r = Reader(data, "segment info")
+        if r.u8() != _INFO_VERSION:
+            raise FormatError("segment info: unknown version")
+        info = cls.read(r)
+        r.end()
+        return info
+
+
+class SegmentEncoder:
+    """Sans-IO streaming encoder of one segment: original bytes in, stored chunks out.
+
+    Memory is one chunk buffer plus the chunk being sealed. A full chunk is held back until more data
+    arrives or finish() is called, because only then is it known whether it is the segment's last.
+    Not thread-safe (it owns a zstd context): use one encoder from one thread at a time.
+    """
+
+    def __init__(
+        self,
+        ctx: ObjectContext,
+        settings: TransformSettings,
+        segment_no: int = 1,
+        *,
+        salt: bytes | None = None,
+    ) -> None:
+        if not 1 <= segment_no <= MAX_SEGMENT_NO:
+            raise ValueError(f"segment_no {segment_no} is not within 1..{MAX_SEGMENT_NO}")
+        self._settings = settings
+        self._segment_no = segment_no
+        self._chunk_size = settings.chunk_size
+        self._buf = bytearray(settings.chunk_size)
+        self._view = memoryview(self._buf)
+        self._fill = 0
+        self._size = 0
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._sizes: list[int] = []
+        self._crcs: list[int] = []
+        self._compressor: zstandard.ZstdCompressor | None = None
+        self._compressed = False
+        self._info: SegmentInfo | None = None
+        self._aead: AESGCM | None = None
+        if ctx.dek is not None:
+            self._aead = AESGCM(ctx.dek)
+            self._salt = salt if salt is not None else os.urandom(SALT_SIZE)
+            if len(self._salt) != SALT_SIZE:
+                raise ValueError("salt must be 8 bytes")
+            self._aad = aad_prefix(ctx.object_id, segment_no)
+        else:
+            self._salt = b""
+            self._aad = b""
+
+    @property
+    def info(self) -> SegmentInfo:
+        """The segment's manifest entry; available once finish() has returned."""
+        if self._info is None:
+            raise RuntimeError("SegmentEncoder.info is known only after finish()")
+        return self._info
+
+    @property
+    def original_size(self) -> int:
+        """Original bytes fed so far."""
+        return self._size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Take the next original bytes; returns the stored chunks they complete (often none)."""
+        if self._info is not None:
+            raise RuntimeError("SegmentEncoder.feed after finish")
+        view = memoryview(data).cast("B")
+        n = len(view)
+        if not n:
+            return []
+        self._md5.update(view)
+        self._size += n
+        size = self._chunk_size
+        out: list[bytes] = []
+        pos = 0
+        while pos < n:
+            if self._fill == size:
+                # More data follows, so the held-back chunk is not the last one.
+                out.append(self._seal(self._view, last=False))
+                self._fill = 0
+            if self._fill == 0 and n - pos > size:
+                # A whole chunk with more after it: seal straight from the caller's buffer, no copy.
+                out.append(self._seal(view[pos : pos + size], last=False))
+                pos += size
+                continue
+            take = min(size - self._fill, n - pos)
+            self._view[self._fill : self._fill + take] = view[pos : pos + take]
+            self._fill += take
+            pos += take
+        return out
+
+    def finish(self) -> list[bytes]:
+        """Seal what is left as the last chunk; afterwards .info is set."""
+        if self._info is not None:
+            raise RuntimeError("SegmentEncoder.finish called twice")
+        out: list[bytes] = []
+        if self._fill:
+            out.append(self._seal(self._view[: self._fill], last=True))
+            self._fill = 0
+        self._info = SegmentInfo(
+            segment_no=self._segment_no,
+            salt=self._salt,
+            original_size=self._size,
+            md5=self._md5.digest(),
+            stored_sizes=tuple(self._sizes),
+            compressed=self._compressed,
+            crc32c=tuple(self._crcs) if self._aead is None else (),
+        )
+        self._buf = bytearray()
+        self._view = memoryview(self._buf)
+        return out
+
+    def _decide_compression(self, first_chunk: memoryview) -> None:
+        mode = self._settings.compression
+        if mode == "on" or (mode == "auto" and not looks_like_compressed_kafka(first_chunk)):
+            self._compressed = True
+            self._compressor = zstandard.ZstdCompressor(
+                level=self._settings.level, write_checksum=False, write_content_size=True
+            )
+
+    def _seal(self, chunk: memoryview, last: bool) -> bytes:
+        chunk_no = len(self._sizes)
+        if chunk_no == 0:
+            self._decide_compression(chunk)
+        elif chunk_no > MAX_CHUNK_NO:
+            raise ValueError("segment has too many chunks")
+        payload: bytes | memoryview = chunk
+        if self._compressor is not None:
+            packed = self._compressor.compress(chunk)
+            if len(packed) < len(chunk):
+                payload = packed
+        if self._aead is not None:
+            stored = self._aead.encrypt(
+                chunk_nonce(self._salt, chunk_no), payload, chunk_aad(self._aad, chunk_no, last)
+            )
+        else:
+            stored = payload if isinstance(payload, bytes) else bytes(payload)
+            self._crcs.append(crc32c(stored))
+        if len(stored) >= MAX_STORED_CHUNK:
+            raise ValueError("stored chunk too large")
+        self._sizes.append(len(stored))
+        return stored
