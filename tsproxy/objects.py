@@ -22,7 +22,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote, unquote
 
 from tsproxy import errors
@@ -40,6 +40,9 @@ from tsproxy.format import (
     encode_tail,
     tail_length,
 )
+from tsproxy.format import rewrap as rewrap_manifest
+from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
+from tsproxy.format.manifest import META_TAIL_LENGTH as META_TAIL
 from tsproxy.metrics import Metrics
 from tsproxy.store.base import Backend, ListPage, ObjectInfo
 
@@ -49,13 +52,10 @@ INTERNAL = ".tsproxy/"
 MIN_PART_SIZE = 5 << 20  # S3's minimum for every part but the last
 MAX_PARTS = 10000
 FEED_SIZE = 1 << 20  # payload bytes handed to the encoder per executor call
-# Backend user metadata written on every tsproxy object (the rest of the manifest lives in its tail).
-META_FORMAT = "tsproxy-format"
-META_SIZE = "tsproxy-size"
-META_ETAG = "tsproxy-etag"
-META_TAIL = "tsproxy-tail-length"
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class Namespace:
         return None if key.startswith(INTERNAL) else key
 
 
-class _TtlCache[K, V]:
+class _TtlCache(Generic[K, V]):
     """A small LRU with expiry, for manifests and listing summaries (bounded in entries)."""
 
     def __init__(self, max_entries: int, ttl: float) -> None:
@@ -461,8 +461,13 @@ class ObjectService:
         metadata: Mapping[str, str],
         headers: Mapping[str, str],
         size_hint: int | None = None,
+        etag: str | None = None,
     ) -> StoredObject:
-        """Store a whole object from a payload stream (PutObject). Nothing is visible unless it completes."""
+        """Store a whole object from a payload stream (PutObject). Nothing is visible unless it completes.
+
+        `etag` keeps a given ETag instead of the payload's MD5 (migrating an object keeps the ETag its
+        clients already saw).
+        """
         loc = self.ns.object(bucket, key)
         settings = self.settings
         ctx = await self._cpu("store", ObjectContext.new, settings, self.keyring)
@@ -476,7 +481,7 @@ class ObjectService:
                     yield item
             seg: SegmentInfo = result["segment"]
             manifest = build_manifest(
-                ctx, settings, [seg], etag=seg.md5.hex(), md5=seg.md5, content_type=content_type,
+                ctx, settings, [seg], etag=etag or seg.md5.hex(), md5=seg.md5, content_type=content_type,
                 metadata=metadata, headers=headers,
             )  # fmt: skip
             tail = await self._cpu("store", encode_tail, manifest, ctx)
@@ -762,6 +767,23 @@ class ObjectService:
 
         states = [s for s in await _bounded_gather(16, ids, load) if s is not None]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
+
+    async def rewrap(self, bucket: str, key: str) -> bool:
+        """Wrap the object's data key with the active KEK, rewriting only its tail (server-side copy of the
+        data where the backend's part rules allow). Returns False when there was nothing to do."""
+        if self.keyring is None:
+            raise errors.InvalidRequest("rewrap needs a key ring")
+        obj = await self.resolve(bucket, key)
+        if obj.manifest is None or obj.ctx is None or not obj.manifest.encrypted:
+            return False
+        if obj.manifest.kek_id == self.keyring.active_id:
+            return False
+        manifest, ctx = await self._cpu("store", rewrap_manifest, obj.manifest, obj.ctx, self.keyring)
+        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        pieces = [Piece(obj.loc, 0, manifest.data_size - 1)] if manifest.data_size else []
+        await self.assemble(obj.loc, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type)
+        self.invalidate(bucket, key)
+        return True
 
     # -- listing ---------------------------------------------------------------------------------
 
