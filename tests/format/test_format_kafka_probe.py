@@ -1,0 +1,130 @@
+"""The `auto` heuristic on real record batches (kafka-python's builder) and on look-alikes."""
+
+from __future__ import annotations
+
+import pytest
+from awscrt.checksums import crc32c
+from fmt_helpers import make_data, record_batch_header
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from tsproxy.format import (
+    MIN_CHUNK_SIZE,
+    ObjectContext,
+    SegmentEncoder,
+    TransformSettings,
+    looks_like_compressed_kafka,
+)
+
+CODECS = {
+    "none": DefaultRecordBatchBuilder.CODEC_NONE,
+    "gzip": DefaultRecordBatchBuilder.CODEC_GZIP,
+    "snappy": DefaultRecordBatchBuilder.CODEC_SNAPPY,
+    "lz4": DefaultRecordBatchBuilder.CODEC_LZ4,
+    "zstd": DefaultRecordBatchBuilder.CODEC_ZSTD,
+}
+
+
+def batch(codec: int, base_offset: int = 0, records: int = 50, transactional: bool = False) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=transactional,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for i in range(records):
+        value = b'{"order": %d, "item": "widget-%d", "qty": %d}' % (i, i % 13, i % 5)
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=value, headers=[])
+    out = bytearray(builder.build())
+    out[0:8] = base_offset.to_bytes(8, "big")  # baseOffset is outside the CRC
+    return bytes(out)
+
+
+def segment(codec: int, batches: int = 20) -> bytes:
+    out = bytearray()
+    for n in range(batches):
+        out += batch(codec, base_offset=n * 50)
+    return bytes(out)
+
+
+def control_batch() -> bytes:
+    """A transaction marker: a control batch, never compressed by Kafka."""
+    raw = bytearray(batch(DefaultRecordBatchBuilder.CODEC_NONE, records=1, transactional=True))
+    attributes = int.from_bytes(raw[21:23], "big") | 0x20
+    raw[21:23] = attributes.to_bytes(2, "big")
+    raw[17:21] = crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_are_recognised(name: str) -> None:
+    assert looks_like_compressed_kafka(segment(CODECS[name]))
+    assert looks_like_compressed_kafka(batch(CODECS[name]))  # exactly one batch
+
+
+def test_uncompressed_batches_are_not() -> None:
+    assert not looks_like_compressed_kafka(segment(CODECS["none"]))
+
+
+def test_control_batch_first_then_the_data_batch_decides() -> None:
+    assert looks_like_compressed_kafka(control_batch() + batch(CODECS["zstd"]))
+    assert not looks_like_compressed_kafka(control_batch() + batch(CODECS["none"]))
+    assert not looks_like_compressed_kafka(control_batch())
+
+
+def test_look_alikes_are_not_kafka() -> None:
+    good = batch(CODECS["lz4"])
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 0x01
+    assert not looks_like_compressed_kafka(bytes(bad_crc))
+    assert not looks_like_compressed_kafka(good[:-1])  # first batch not wholly in the prefix
+    assert not looks_like_compressed_kafka(good[:60])
+    wrong_magic = bytearray(good)
+    wrong_magic[16] = 1
+    assert not looks_like_compressed_kafka(bytes(wrong_magic))
+    negative_offset = b"\xff" * 8 + good[8:]
+    assert not looks_like_compressed_kafka(negative_offset)
+    # Starts with byte 2, and a header whose length and magic look right but whose CRC is made up.
+    assert not looks_like_compressed_kafka(b"\x02" + make_data("random", 4096, 3))
+    fake = record_batch_header(0, 200, 2, 0xDEADBEEF, 0x0004) + make_data("random", 200, 4)
+    assert not looks_like_compressed_kafka(fake)
+    assert not looks_like_compressed_kafka(b"")
+
+
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_never_crash(data: bytes) -> None:
+    assert looks_like_compressed_kafka(data) in (True, False)
+
+
+def _encoded_compressed_flag(data: bytes, mode: str) -> bool:
+    cfg = TransformSettings(chunk_size=MIN_CHUNK_SIZE, compression=mode, encryption=False)  # type: ignore[arg-type]
+    enc = SegmentEncoder(ObjectContext.new(cfg, None), cfg)
+    enc.feed(data)
+    enc.finish()
+    return enc.info.compressed
+
+
+@pytest.mark.parametrize("name", list(CODECS))
+def test_auto_mode_skips_only_already_compressed_segments(name: str) -> None:
+    data = segment(CODECS[name], batches=40)
+    assert _encoded_compressed_flag(data, "auto") == (name == "none")
+    assert _encoded_compressed_flag(data, "on") is True
+    assert _encoded_compressed_flag(data, "off") is False
+
+
+def test_auto_mode_compresses_what_is_not_kafka() -> None:
+    assert _encoded_compressed_flag(make_data("text", 100_000, 1), "auto")
+    fake = record_batch_header(0, 200, 2, 0xDEADBEEF, 0x0004) + make_data("text", 200_000, 4)
+    assert _encoded_compressed_flag(fake, "auto")
+
+
+def test_auto_mode_shrinks_uncompressed_kafka() -> None:
+    cfg = TransformSettings(chunk_size=MIN_CHUNK_SIZE, compression="auto", encryption=False)
+    data = segment(CODECS["none"], batches=40)
+    enc = SegmentEncoder(ObjectContext.new(cfg, None), cfg)
+    stored = sum(len(c) for c in enc.feed(data) + enc.finish())
+    assert stored < len(data) // 2
