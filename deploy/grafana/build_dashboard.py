@@ -1,0 +1,557 @@
+"""Build deploy/grafana/tsproxy.json, the tsproxy Grafana dashboard, from the panel list below.
+
+The JSON is committed (operators import it as it is); this script is its source, so that every query
+gets the same `$job`/`$instance` selector and the same datasource variable. After editing, run
+
+    python deploy/grafana/build_dashboard.py
+
+and commit both files; tests/deploy/test_dashboard.py fails while they disagree.
+
+Every expression must return data once tsproxy has served a short workload. The series it reads are primed
+at zero (tsproxy/metrics.py), so sums and rates exist from the first scrape; ratios divide by
+clamp_min(..., 1e-9) so that a zero denominator gives 0, not an empty result.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).with_name("tsproxy.json")
+UID = "tsproxy-overview"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# The selector every query carries; the template variables below fill it in.
+SEL = 'job=~"$job", instance=~"$instance"'
+RATE = "[$__rate_interval]"
+# A denominator that is never zero, so ratios of idle counters read 0 instead of vanishing.
+EPS = "1e-9"
+INSTANCES = 'label_values(tsproxy_requests_total{job=~"$job"}, instance)'
+
+
+def rate(metric: str, extra: str = "", by: str = "") -> str:
+    """sum [by (...)] (rate(metric{SEL[, extra]}[$__rate_interval]))."""
+    labels = SEL + (", " + extra if extra else "")
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({metric}{{{labels}}}{RATE}))"
+
+
+def ratio(numerator: str, denominator: str) -> str:
+    return f"{numerator}\n/\nclamp_min({denominator}, {EPS})"
+
+
+def share(metric: str, subset: str) -> str:
+    """The part of metric's rate that matches subset, as a fraction of all of it."""
+    return ratio(rate(metric, subset), rate(metric))
+
+
+def total(metric: str) -> str:
+    """sum(metric{SEL}): a gauge, or a counter's value since the processes started."""
+    return f"sum({metric}{{{SEL}}})"
+
+
+def quantile(q: float, metric: str, by: str = "", extra: str = "") -> str:
+    grouping = "le" + (", " + by if by else "")
+    return f"histogram_quantile({q}, {rate(metric + '_bucket', extra, grouping)})"
+
+
+@dataclass
+class Target:
+    expr: str
+    legend: str
+
+
+@dataclass
+class Panel:
+    title: str
+    description: str
+    targets: list[Target]
+    unit: str = "short"
+    kind: str = "timeseries"  # or "stat"
+    width: int = 8
+    height: int = 8
+    stack: bool = False
+    extra_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    title: str
+    panels: list[Panel]
+
+
+ROWS: list[Row] = [
+    Row(
+        "Overview",
+        [
+            Panel(
+                "Instances up",
+                "Scrape targets of the selected jobs that answered their last scrape.",
+                [Target(f"sum(up{{{SEL}}})", "up")],
+                kind="stat",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Client requests/s",
+                "All S3 requests from clients, every operation and status.",
+                [Target(rate("tsproxy_requests_total"), "requests/s")],
+                unit="reqps",
+                kind="stat",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Client error ratio (5xx)",
+                "Share of client requests answered with a 5xx status.",
+                [
+                    Target(
+                        share("tsproxy_requests_total", 'status=~"5.."'),
+                        "5xx ratio",
+                    )
+                ],
+                unit="percentunit",
+                kind="stat",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Integrity errors (total)",
+                "Stored data that failed authentication or a checksum since the processes started. "
+                "Anything above zero needs a look: see docs/OPERATIONS.md.",
+                [Target(total("tsproxy_integrity_errors_total"), "integrity errors")],
+                kind="stat",
+                width=4,
+                height=4,
+                extra_defaults={
+                    "thresholds": {
+                        "mode": "absolute",
+                        "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
+                    }
+                },
+            ),
+            Panel(
+                "Stored / original bytes (lifetime)",
+                "Bytes written to the backend per original byte stored, since the processes started "
+                "(compression and encryption overhead together).",
+                [
+                    Target(
+                        ratio(
+                            total("tsproxy_transform_stored_bytes_total"),
+                            total("tsproxy_transform_original_bytes_total"),
+                        ),
+                        "stored/original",
+                    )
+                ],
+                unit="percentunit",
+                kind="stat",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Cache fill",
+                "Chunk cache bytes on disk as a share of the configured size.",
+                [
+                    Target(
+                        ratio(total("tsproxy_cache_size_bytes"), total("tsproxy_cache_limit_bytes")),
+                        "fill",
+                    )
+                ],
+                unit="percentunit",
+                kind="stat",
+                width=4,
+                height=4,
+            ),
+        ],
+    ),
+    Row(
+        "Client requests",
+        [
+            Panel(
+                "Requests by operation",
+                "Client S3 requests per second, by operation.",
+                [Target(rate("tsproxy_requests_total", by="operation"), "{{operation}}")],
+                unit="reqps",
+                stack=True,
+            ),
+            Panel(
+                "Errors by status",
+                "Client requests answered with a 4xx or 5xx status, per second, by status.",
+                [Target(rate("tsproxy_requests_total", 'status=~"[45].."', by="status"), "{{status}}")],
+                unit="reqps",
+                stack=True,
+            ),
+            Panel(
+                "Error ratio",
+                "Share of client requests with a 5xx (server-side) and a 4xx (client-side) status.",
+                [
+                    Target(
+                        share("tsproxy_requests_total", 'status=~"5.."'),
+                        "5xx",
+                    ),
+                    Target(
+                        share("tsproxy_requests_total", 'status=~"4.."'),
+                        "4xx",
+                    ),
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Latency percentiles (all operations)",
+                "Client request latency, first byte in to last byte out.",
+                [
+                    Target(quantile(0.5, "tsproxy_request_duration_seconds"), "p50"),
+                    Target(quantile(0.9, "tsproxy_request_duration_seconds"), "p90"),
+                    Target(quantile(0.99, "tsproxy_request_duration_seconds"), "p99"),
+                ],
+                unit="s",
+            ),
+            Panel(
+                "p99 latency by operation",
+                "99th percentile of client request latency, per operation.",
+                [Target(quantile(0.99, "tsproxy_request_duration_seconds", by="operation"), "{{operation}}")],
+                unit="s",
+            ),
+            Panel(
+                "In-flight work",
+                "Client requests being served and client part uploads being received right now.",
+                [
+                    Target(total("tsproxy_requests_in_flight"), "requests in flight"),
+                    Target(total("tsproxy_multipart_uploads_in_progress"), "multipart uploads in progress"),
+                ],
+            ),
+        ],
+    ),
+    Row(
+        "Bytes and transform",
+        [
+            Panel(
+                "Client vs backend bytes",
+                "Original bytes to and from clients against stored bytes to and from the backend.",
+                [
+                    Target(rate("tsproxy_client_received_bytes_total"), "client → tsproxy"),
+                    Target(rate("tsproxy_client_sent_bytes_total"), "tsproxy → client"),
+                    Target(rate("tsproxy_backend_sent_bytes_total"), "tsproxy → backend"),
+                    Target(rate("tsproxy_backend_received_bytes_total"), "backend → tsproxy"),
+                ],
+                unit="Bps",
+            ),
+            Panel(
+                "Compression ratio (stored / original)",
+                "Stored bytes per original byte for the chunks written in the interval: below 1 is a saving.",
+                [
+                    Target(
+                        ratio(
+                            rate("tsproxy_transform_stored_bytes_total"),
+                            rate("tsproxy_transform_original_bytes_total"),
+                        ),
+                        "stored/original",
+                    )
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Transform CPU",
+                "CPU cores busy compressing, encrypting, decrypting and decompressing, by direction.",
+                [Target(rate("tsproxy_transform_cpu_seconds_total", by="direction"), "{{direction}}")],
+                unit="short",
+                stack=True,
+            ),
+        ],
+    ),
+    Row(
+        "Cache and prefetch",
+        [
+            Panel(
+                "Cache hit ratio",
+                "Chunk cache lookups that hit, by count and by bytes; manifest cache hit ratio.",
+                [
+                    Target(
+                        share("tsproxy_cache_requests_total", 'result="hit"'),
+                        "chunks",
+                    ),
+                    Target(
+                        share("tsproxy_cache_bytes_total", 'result="hit"'),
+                        "bytes",
+                    ),
+                    Target(
+                        share("tsproxy_manifest_cache_requests_total", 'result="hit"'),
+                        "manifests",
+                    ),
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Cache fill",
+                "Bytes held by the chunk cache on disk against its configured size.",
+                [
+                    Target(total("tsproxy_cache_size_bytes"), "size"),
+                    Target(total("tsproxy_cache_limit_bytes"), "limit"),
+                ],
+                unit="bytes",
+            ),
+            Panel(
+                "Evictions and corruption",
+                "Chunks evicted to stay within the cache size, entries refetched after a failed checksum, "
+                "and reads that joined a download already under way.",
+                [
+                    Target(rate("tsproxy_cache_evictions_total"), "evictions/s"),
+                    Target(rate("tsproxy_cache_corrupt_total"), "corrupt/s"),
+                    Target(rate("tsproxy_singleflight_joins_total"), "single-flight joins/s"),
+                ],
+                unit="ops",
+            ),
+            Panel(
+                "Prefetch chunks",
+                "Prefetched chunks per second: issued, used by a reader, wasted (evicted unread).",
+                [Target(rate("tsproxy_prefetch_chunks_total", by="state"), "{{state}}")],
+                unit="ops",
+            ),
+            Panel(
+                "Prefetch usefulness",
+                "Share of prefetched chunks that a reader used, and share evicted unread.",
+                [
+                    Target(
+                        ratio(
+                            rate("tsproxy_prefetch_chunks_total", 'state="used"'),
+                            rate("tsproxy_prefetch_chunks_total", 'state="issued"'),
+                        ),
+                        "used / issued",
+                    ),
+                    Target(
+                        ratio(
+                            rate("tsproxy_prefetch_chunks_total", 'state="wasted"'),
+                            rate("tsproxy_prefetch_chunks_total", 'state="issued"'),
+                        ),
+                        "wasted / issued",
+                    ),
+                ],
+                unit="percentunit",
+            ),
+        ],
+    ),
+    Row(
+        "Backend",
+        [
+            Panel(
+                "Backend requests per client request",
+                "Backend requests tsproxy made for each client request: cache, prefetch and coalescing "
+                "keep it low; retries push it up.",
+                [
+                    Target(
+                        ratio(rate("tsproxy_backend_requests_total"), rate("tsproxy_requests_total")), "ratio"
+                    )
+                ],
+            ),
+            Panel(
+                "Backend requests by operation",
+                "Backend requests per second, by operation and outcome.",
+                [
+                    Target(
+                        rate("tsproxy_backend_requests_total", by="operation, outcome"),
+                        "{{operation}} {{outcome}}",
+                    )
+                ],
+                unit="reqps",
+                stack=True,
+            ),
+            Panel(
+                "Backend errors and retries",
+                "Backend requests that ended in an error, and retried attempts, per second.",
+                [
+                    Target(
+                        rate("tsproxy_backend_requests_total", 'outcome!="ok"', by="outcome"),
+                        "failed {{outcome}}",
+                    ),
+                    Target(rate("tsproxy_backend_retries_total", by="operation"), "retry {{operation}}"),
+                ],
+                unit="reqps",
+            ),
+            Panel(
+                "Backend latency percentiles",
+                "Backend request latency over every operation.",
+                [
+                    Target(quantile(0.5, "tsproxy_backend_request_duration_seconds"), "p50"),
+                    Target(quantile(0.9, "tsproxy_backend_request_duration_seconds"), "p90"),
+                    Target(quantile(0.99, "tsproxy_backend_request_duration_seconds"), "p99"),
+                ],
+                unit="s",
+            ),
+            Panel(
+                "Integrity errors",
+                "Stored data that failed authentication or a checksum, per second.",
+                [Target(rate("tsproxy_integrity_errors_total"), "integrity errors/s")],
+                unit="ops",
+            ),
+        ],
+    ),
+]
+
+
+def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"unit": panel.unit}
+    if panel.kind == "timeseries":
+        defaults["custom"] = {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10,
+            "showPoints": "never",
+            "spanNulls": True,
+            "stacking": {"mode": "normal" if panel.stack else "none", "group": "A"},
+        }
+        options: dict[str, Any] = {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    else:
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        }
+    defaults.update(panel.extra_defaults)
+    return {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": [
+            {
+                "datasource": DATASOURCE,
+                "refId": chr(ord("A") + i),
+                "expr": t.expr,
+                "legendFormat": t.legend,
+                "range": True,
+                "editorMode": "code",
+            }
+            for i, t in enumerate(panel.targets)
+        ],
+    }
+
+
+def _variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-values"},
+        "definition": query,
+        "refresh": 2,  # on time range change: new pods show up without a reload
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
+        "hide": 0,
+    }
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict."""
+    panels: list[dict[str, Any]] = []
+    next_id = 1
+    y = 0
+    for row in ROWS:
+        panels.append(
+            {
+                "id": next_id,
+                "type": "row",
+                "title": row.title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
+        next_id += 1
+        y += 1
+        x = 0
+        line_height = 0
+        for panel in row.panels:
+            if x + panel.width > 24:
+                x, y, line_height = 0, y + line_height, 0
+            panels.append(_panel_json(panel, next_id, x, y))
+            next_id += 1
+            x += panel.width
+            line_height = max(line_height, panel.height)
+        y += line_height
+    return {
+        "__requires": [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+            {"type": "panel", "id": "timeseries", "name": "Time series", "version": ""},
+            {"type": "panel", "id": "stat", "name": "Stat", "version": ""},
+        ],
+        "uid": UID,
+        "title": "tsproxy",
+        "description": "tsproxy, the S3 storage sidecar for Kafka tiered storage: requests, bytes, cache, "
+        "prefetch and backend health. Metrics are described in tsproxy/metrics.py; "
+        "what to do about them in docs/OPERATIONS.md.",
+        "tags": ["tsproxy", "kafka", "s3"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "weekStart": "",
+        "links": [],
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "refresh": 1,
+                    "current": {},
+                    "hide": 0,
+                    "includeAll": False,
+                    "multi": False,
+                    "regex": "",
+                },
+                _variable("job", "Job", "label_values(tsproxy_requests_total, job)"),
+                _variable("instance", "Instance", INSTANCES),
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    """The dashboard file's exact text."""
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    OUT.write_text(render(), encoding="utf-8")
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
