@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 from fmt_helpers import DATA_KINDS, KIB, encode_multipart, make_data
@@ -128,7 +129,7 @@ def test_multipart_reads_back(
         )
 
 
-def _reader(stored: bytes):  # type: ignore[no-untyped-def]
+def _reader(stored: bytes) -> Callable[[int, int], bytes]:
     return lambda start, end: stored[start:end]
 
 

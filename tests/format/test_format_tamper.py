@@ -23,6 +23,7 @@ from tsproxy.format import (
     read_range,
     tail_length,
 )
+from tsproxy.format.settings import CompressionMode
 
 REFUSALS = (FormatError, KeyNotFound)  # IntegrityError is a FormatError
 fixture_ok = settings(
@@ -30,7 +31,9 @@ fixture_ok = settings(
 )
 
 
-def _stored(ring: KeyRing | None, encryption: bool, compression: str = "on") -> tuple[bytes, bytes]:
+def _stored(
+    ring: KeyRing | None, encryption: bool, compression: CompressionMode = "on"
+) -> tuple[bytes, bytes]:
     cfg = TransformSettings(chunk_size=MIN_CHUNK_SIZE, compression=compression, encryption=encryption)
     original = make_data("mixed", 2 * MIN_CHUNK_SIZE + 1000, 7)
     return original, encode_object(original, cfg, ring, content_type="a/b", metadata={"owner": "x"})
