@@ -1,0 +1,330 @@
+"""The storage interface every backend implements, and the small pure rules they share.
+
+The server stores *already transformed* bytes through `Backend` and knows nothing of S3 clients or
+directories. Every failure a backend reports is a typed S3 error from `tsproxy.errors`, so the server can
+hand it to its own client as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Protocol, runtime_checkable
+
+from tsproxy import errors
+
+MIB = 1 << 20
+MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every multipart part but the last
+MAX_PART_SIZE = 5 << 30  # S3's maximum size of one PUT or one part
+MAX_PARTS = 10_000
+DEFAULT_PART_SIZE = 25 * MIB
+MAX_KEY_BYTES = 1024  # S3's limit on the UTF-8 length of a key
+
+# on_request(operation, outcome, seconds, retries, bytes_in, bytes_out): called once per backend
+# operation, after its retries; outcome is "ok" or the S3 error code it ended with.
+RequestObserver = Callable[[str, str, float, int, int, int], None]
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a backend knows of one stored object."""
+
+    key: str
+    size: int
+    etag: str  # unquoted backend ETag
+    last_modified: datetime  # tz-aware UTC
+    # User metadata: lower-case names without "x-amz-meta-" (empty in listings). Not part of the hash.
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    content_type: str | None = None
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """One page of a listing, in S3 order (UTF-8 bytes of the key)."""
+
+    objects: list[ObjectInfo]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_token: str | None
+
+
+@dataclass(frozen=True)
+class UploadInfo:
+    """A backend multipart upload in progress."""
+
+    key: str
+    upload_id: str
+    initiated: datetime
+
+
+Uploads = list[UploadInfo]  # an alias, because `list` is also a Backend method name
+
+
+@runtime_checkable
+class ObjectReader(Protocol):
+    """An object body being read: iterate it for bounded pieces, or `read()` the rest of a small one."""
+
+    info: ObjectInfo  # of the whole object
+    content_range: tuple[int, int] | None  # inclusive byte range served, None for the whole object
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> ObjectReader: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+Body = bytes | bytearray | memoryview | AsyncIterable[bytes]
+
+
+class Backend(Protocol):
+    """Where stored bytes live. All methods raise `tsproxy.errors.S3Error` subclasses on failure."""
+
+    min_part_size: int
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Readiness: return when the backend answers, raise when it does not."""
+        ...
+
+    async def list_buckets(self) -> list[tuple[str, datetime]]: ...
+
+    async def create_bucket(self, bucket: str) -> None: ...
+
+    async def delete_bucket(self, bucket: str) -> None: ...
+
+    async def head_bucket(self, bucket: str) -> None: ...
+
+    async def head(self, bucket: str, key: str) -> ObjectInfo: ...
+
+    async def get(
+        self,
+        bucket: str,
+        key: str,
+        first: int | None = None,
+        last: int | None = None,
+        *,
+        if_match: str | None = None,
+    ) -> ObjectReader:
+        """Open a body: whole object, `first..last` inclusive, `first..` or, with `first < 0`, the last
+        `-first` bytes."""
+        ...
+
+    async def get_bytes(
+        self,
+        bucket: str,
+        key: str,
+        first: int | None = None,
+        last: int | None = None,
+        *,
+        if_match: str | None = None,
+    ) -> tuple[ObjectInfo, bytes]: ...
+
+    async def put(
+        self,
+        bucket: str,
+        key: str,
+        body: Body,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> ObjectInfo: ...
+
+    async def delete(self, bucket: str, key: str) -> None: ...
+
+    async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
+        """Delete keys; return (key, error code, message) of those that failed."""
+        ...
+
+    async def list(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        delimiter: str | None = None,
+        start_after: str | None = None,
+        token: str | None = None,
+        max_keys: int = 1000,
+    ) -> ListPage: ...
+
+    async def copy(
+        self,
+        src_bucket: str,
+        src_key: str,
+        dst_bucket: str,
+        dst_key: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> ObjectInfo: ...
+
+    async def create_multipart(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> str: ...
+
+    async def upload_part(
+        self, bucket: str, key: str, upload_id: str, part_no: int, body: Body, size: int | None = None
+    ) -> str: ...
+
+    async def upload_part_copy(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        src_bucket: str,
+        src_key: str,
+        first: int | None = None,
+        last: int | None = None,
+    ) -> str: ...
+
+    async def complete_multipart(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> ObjectInfo: ...
+
+    async def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None: ...
+
+    async def list_multipart_uploads(self, bucket: str, prefix: str = "") -> Uploads: ...
+
+
+# -- shared rules, pure ------------------------------------------------------------------------------
+
+
+def check_range_args(first: int | None, last: int | None) -> None:
+    """Reject range arguments no Range header can produce (a caller bug, not a client error)."""
+    if first is None:
+        if last is not None:
+            raise ValueError("a range with a last byte needs a first byte (use first < 0 for a suffix)")
+        return
+    if first < 0:
+        if last is not None:
+            raise ValueError("a suffix range (first < 0) takes no last byte")
+        return
+    if last is not None and last < first:
+        raise ValueError(f"range {first}-{last} ends before it starts")
+
+
+def resolve_range(size: int, first: int | None, last: int | None) -> tuple[int, int] | None:
+    """The inclusive byte range served for an object of `size` bytes, or None for the whole object.
+
+    As S3 (and RFC 9110) do: a last byte past the end is clamped, a suffix longer than the object
+    means all of it, and a range that starts at or past the end (or any range of an empty object) is
+    not satisfiable.
+    """
+    check_range_args(first, last)
+    if first is None:
+        return None
+    if first < 0:
+        if size == 0:
+            raise errors.InvalidRange(ActualObjectSize="0")
+        return (max(0, size + first), size - 1)
+    if first >= size:
+        raise errors.InvalidRange(ActualObjectSize=str(size))
+    return (first, size - 1 if last is None else min(last, size - 1))
+
+
+def range_header(first: int | None, last: int | None) -> str | None:
+    """The HTTP Range header value for a backend GET."""
+    check_range_args(first, last)
+    if first is None:
+        return None
+    if first < 0:
+        return f"bytes={first}"
+    return f"bytes={first}-" if last is None else f"bytes={first}-{last}"
+
+
+def unquote_etag(etag: str) -> str:
+    """`"abc"` or `W/"abc"` -> `abc`."""
+    etag = etag.strip()
+    if etag.startswith("W/"):
+        etag = etag[2:]
+    if len(etag) >= 2 and etag[0] == etag[-1] == '"':
+        etag = etag[1:-1]
+    return etag
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str:
+    """The ETag S3 gives a completed multipart upload: md5 of the parts' binary md5s, then `-N`."""
+    digest = hashlib.md5()
+    for etag in part_etags:
+        try:
+            digest.update(bytes.fromhex(unquote_etag(etag)))
+        except ValueError:
+            raise errors.InvalidPart() from None
+    return f"{digest.hexdigest()}-{len(part_etags)}"
+
+
+def check_part_list(parts: Sequence[tuple[int, str]]) -> None:
+    """The checks S3 makes of a CompleteMultipartUpload part list before looking at the parts."""
+    if not parts:
+        raise errors.MalformedXML("You must specify at least one part")
+    previous = 0
+    for number, _ in parts:
+        if not 1 <= number <= MAX_PARTS:
+            raise errors.InvalidArgument(
+                f"Part number must be an integer between 1 and {MAX_PARTS}, inclusive",
+                ArgumentName="partNumber",
+            )
+        if number <= previous:
+            raise errors.InvalidPartOrder()
+        previous = number
+
+
+def check_part_number(part_no: int) -> None:
+    if not 1 <= part_no <= MAX_PARTS:
+        raise errors.InvalidArgument(
+            f"Part number must be an integer between 1 and {MAX_PARTS}, inclusive", ArgumentName="partNumber"
+        )
+
+
+def check_key(key: str) -> None:
+    """S3's own limits on a key: not empty, at most 1024 bytes of UTF-8."""
+    if not key:
+        raise errors.InvalidArgument("The key must not be empty", ArgumentName="key")
+    try:
+        encoded = key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise errors.InvalidArgument("The key is not valid UTF-8", ArgumentName="key") from None
+    if len(encoded) > MAX_KEY_BYTES:
+        raise errors.KeyTooLongError()
+
+
+def normalize_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """User metadata as S3 returns it: lower-case names, no `x-amz-meta-` prefix."""
+    if not metadata:
+        return {}
+    out: dict[str, str] = {}
+    for name, value in metadata.items():
+        name = name.lower()
+        if name.startswith("x-amz-meta-"):
+            name = name[len("x-amz-meta-") :]
+        out[name] = value
+    return out
+
+
+async def iterate_body(body: Body) -> AsyncIterator[bytes]:
+    """Any accepted body as an async stream of byte pieces."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        if len(body):
+            yield bytes(body)
+        return
+    async for piece in body:
+        if piece:
+            yield bytes(piece) if not isinstance(piece, bytes) else piece

@@ -1,0 +1,160 @@
+"""What an S3-compatible backend's failures mean to tsproxy: which S3 error, and whether to retry.
+
+Errors that concern the object or bucket (NoSuchKey, PreconditionFailed, EntityTooSmall …) pass
+through as the same typed error, so the server answers its own client as the backend answered it.
+Errors that concern tsproxy's own credentials or configuration become an InternalError, because the
+client did nothing wrong. Connection failures, 5xx answers and throttling are retryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import botocore.exceptions
+
+from tsproxy import errors
+from tsproxy.errors import S3Error
+
+
+class BucketAlreadyExists(S3Error):
+    code = "BucketAlreadyExists"
+    status = 409
+    default_message = (
+        "The requested bucket name is not available. "
+        "The bucket namespace is shared by all users of the system."
+    )
+
+
+class BackendError(S3Error):
+    """A backend error code tsproxy has no type for; keeps the backend's code and status."""
+
+    def __init__(self, code: str, status: int, message: str | None = None, **fields: str) -> None:
+        super().__init__(message or f"The storage backend answered {code}.", **fields)
+        self.code = code
+        self.status = status
+
+
+_PASSED_THROUGH: tuple[type[S3Error], ...] = (
+    errors.AccessDenied,
+    errors.BadDigest,
+    errors.BucketAlreadyOwnedByYou,
+    BucketAlreadyExists,
+    errors.BucketNotEmpty,
+    errors.EntityTooLarge,
+    errors.EntityTooSmall,
+    errors.IncompleteBody,
+    errors.InternalError,
+    errors.InvalidArgument,
+    errors.InvalidBucketName,
+    errors.InvalidDigest,
+    errors.InvalidPart,
+    errors.InvalidPartOrder,
+    errors.InvalidRange,
+    errors.InvalidRequest,
+    errors.KeyTooLongError,
+    errors.MalformedXML,
+    errors.MethodNotAllowed,
+    errors.MissingContentLength,
+    errors.NoSuchBucket,
+    errors.NoSuchKey,
+    errors.NoSuchUpload,
+    errors.NotImplemented_,
+    errors.PreconditionFailed,
+    errors.RequestTimeout,
+    errors.ServiceUnavailable,
+    errors.SlowDown,
+)
+BY_CODE: dict[str, type[S3Error]] = {cls.code: cls for cls in _PASSED_THROUGH}
+# Codes some stores use for throttling, all answered as SlowDown.
+for _code in ("Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"):
+    BY_CODE[_code] = errors.SlowDown
+# The backend refusing tsproxy's own signature or clock is a configuration fault, not the client's.
+CONFIG_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "RequestTimeTooSkewed",
+        "AuthorizationHeaderMalformed",
+        "XAmzContentSHA256Mismatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "PermanentRedirect",
+        "301",
+    }
+)
+# HEAD answers carry no body, so only the status says what happened.
+BY_STATUS: dict[int, type[S3Error]] = {
+    403: errors.AccessDenied,
+    412: errors.PreconditionFailed,
+    416: errors.InvalidRange,
+    500: errors.InternalError,
+    503: errors.ServiceUnavailable,
+}
+RETRYABLE_CODES = frozenset(
+    {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "OperationAborted", "Throttling"}
+    | {"ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
+)
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    botocore.exceptions.HTTPClientError,  # connection refused/closed, read/connect timeouts, proxies
+    botocore.exceptions.ResponseStreamingError,
+    botocore.exceptions.IncompleteReadError,
+    botocore.exceptions.EndpointConnectionError,
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+    ConnectionError,
+)
+
+
+def _status(error: botocore.exceptions.ClientError) -> int:
+    meta: dict[str, Any] = error.response.get("ResponseMetadata", {})
+    try:
+        return int(meta.get("HTTPStatusCode", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def error_code(error: BaseException) -> str | None:
+    """The backend's error code of a ClientError (possibly a bare status like "404"), else None."""
+    if isinstance(error, botocore.exceptions.ClientError):
+        return str(error.response.get("Error", {}).get("Code", "")) or str(_status(error))
+    return None
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Worth another attempt: a dropped or timed-out connection, throttling, or a 5xx answer."""
+    if isinstance(error, botocore.exceptions.ClientError):
+        return error_code(error) in RETRYABLE_CODES or _status(error) in RETRYABLE_STATUS
+    return isinstance(error, CONNECTION_ERRORS)
+
+
+def to_s3_error(
+    error: BaseException, *, not_found: type[S3Error] = errors.NoSuchKey, **fields: str
+) -> S3Error:
+    """The S3 error to raise for a backend failure (after any retries).
+
+    `not_found` is what a bare 404 means for the operation (a HEAD of an object or a bucket).
+    `fields` (Key, BucketName …) are added to errors that come without them.
+    """
+    if isinstance(error, S3Error):
+        return error
+    if isinstance(error, botocore.exceptions.ClientError):
+        code = error_code(error) or "InternalError"
+        status = _status(error)
+        message = error.response.get("Error", {}).get("Message") or None
+        if code in CONFIG_CODES:
+            return errors.InternalError(f"The storage backend refused tsproxy's request: {code}.")
+        cls = BY_CODE.get(code)
+        if cls is None and code.isdigit():
+            cls = not_found if status == 404 else BY_STATUS.get(status)
+        if cls is not None:
+            return cls(message if message and not code.isdigit() else None, **fields)
+        if status >= 500 or status == 0:
+            return errors.InternalError(f"The storage backend answered {code}.")
+        return BackendError(code, status, message, **fields)
+    if isinstance(error, CONNECTION_ERRORS):
+        return errors.ServiceUnavailable("The storage backend could not be reached.")
+    return errors.InternalError(f"Unexpected storage backend failure: {type(error).__name__}.")
