@@ -1,0 +1,287 @@
+"""The chunk cache: plaintext chunks in a size-bounded LRU disk cache that survives restarts.
+
+Entries live in a `diskcache.Cache` directory, keyed by (object_id, segment_no, chunk_no). The object id
+is random per stored object version, so an overwritten or deleted object can never be served from an
+old entry: its replacement has another id, and the old entries age out of the LRU.
+
+Every entry is self-checking. Without encryption an entry is
+
+    kind (u8 = 1) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload
+
+and with `encryption_key` it is sealed with AES-256-GCM, the key bound in as associated data:
+
+    kind (u8 = 2) || nonce (12, random) || AES-GCM(payload) with its 16-byte tag
+
+An entry that fails its check (bit rot, a truncated file, a file swapped between keys, a different
+encryption key after a restart) is deleted, counted and reported as a miss; it is never served.
+
+Size: diskcache measures its volume as SQLite pages plus value file sizes. It culls only a few entries per
+`set`, so the cache is created with automatic culling off and culled in full after every put, which keeps
+the volume at or below `max_bytes` whenever no put is in progress (concurrent puts may overshoot by one
+entry each until they finish). Not counted: the SQLite write-ahead log (a few MiB at most) and file
+system block rounding.
+
+Every diskcache call runs in the executor passed in, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import struct
+from collections.abc import Iterator
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+import diskcache
+from awscrt.checksums import crc32c
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from tsproxy.metrics import Metrics
+
+log = logging.getLogger("tsproxy.cache")
+
+T = TypeVar("T")
+
+_KIND_PLAIN = 1
+_KIND_SEALED = 2
+_PLAIN_HEADER = struct.Struct(">BII")  # kind, payload length, CRC32C
+_NONCE_SIZE = 12
+_TAG_SIZE = 16
+_KEY = struct.Struct(">16sII")
+# Errors a damaged or vanished cache directory can raise; the cache degrades to misses on them.
+_STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+
+
+class ChunkKey(NamedTuple):
+    """Names one plaintext chunk of one stored object version."""
+
+    object_id: bytes
+    segment_no: int
+    chunk_no: int
+
+    def to_bytes(self) -> bytes:
+        """The diskcache key: 24 bytes, fixed layout, so equal keys are equal bytes."""
+        return _KEY.pack(self.object_id, self.segment_no, self.chunk_no)
+
+
+class _Pieces:
+    """A read-only file-like over header + payload, so diskcache writes them without joining them first."""
+
+    def __init__(self, *pieces: bytes | memoryview) -> None:
+        self._pieces: Iterator[bytes | memoryview] = iter(pieces)
+
+    def read(self, _size: int = -1) -> bytes | memoryview:
+        # diskcache calls read() until it returns b"", so one piece per call is enough.
+        return next(self._pieces, b"")
+
+
+class ChunkCache:
+    """Plaintext chunks on disk, LRU-evicted to stay within max_bytes; see the module docstring.
+
+    The constructor opens (or creates) the directory and so does disk I/O: call it off the event loop.
+    The async methods run their disk work in `executor` (one of its own if none is given).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        max_bytes: int,
+        *,
+        encryption_key: bytes | None = None,
+        executor: Executor | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        if encryption_key is not None and len(encryption_key) != 32:
+            raise ValueError("the cache encryption key must be 32 bytes (AES-256)")
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self._aead = AESGCM(encryption_key) if encryption_key is not None else None
+        self._own_executor = executor is None
+        if executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            executor = ThreadPoolExecutor(4, thread_name_prefix="chunk-cache")
+        self._executor = executor
+        self._metrics = metrics
+        self._cache = diskcache.Cache(
+            str(self.directory),
+            size_limit=max_bytes,
+            eviction_policy="least-recently-used",
+            cull_limit=0,  # culled in full by put(), which also counts what it evicts
+            statistics=False,
+        )
+        self._evictions = 0
+        self._corrupt = 0
+        self._volume = self._cache.volume()
+        if self._volume > max_bytes:
+            # A restart with a smaller limit: shrink now rather than on the first put.
+            self._evictions += self._cache.cull(retry=True)
+            self._volume = self._cache.volume()
+        self._publish()
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    async def get(self, key: ChunkKey) -> bytes | memoryview | None:
+        """The cached plaintext of a chunk, or None (absent, unreadable or failed its check)."""
+        return await self._run(self.get_sync, key)
+
+    def get_sync(self, key: ChunkKey) -> bytes | memoryview | None:
+        """get() for callers already on a worker thread."""
+        disk_key = key.to_bytes()
+        try:
+            # read=True opens the file inside diskcache's transaction (an LRU get is a write) and lets
+            # us read it after the lock is released; an open file survives a concurrent eviction.
+            handle = self._cache.get(disk_key, read=True, retry=True)
+            if handle is None:
+                return None
+            if isinstance(handle, bytes):  # a value small enough to live in the database itself
+                entry = handle
+            else:
+                with handle:
+                    entry = handle.read()
+        except _STORAGE_ERRORS as e:
+            log.warning("chunk cache read failed, treating as a miss: %s", e)
+            return None
+        payload = self._open(disk_key, entry)
+        if payload is None:
+            self._discard_corrupt(disk_key)
+        return payload
+
+    async def contains(self, key: ChunkKey) -> bool:
+        """Whether an entry exists for key (not checked, and not counted as a use for LRU)."""
+        return await self._run(self.contains_sync, key)
+
+    def contains_sync(self, key: ChunkKey) -> bool:
+        """contains() for callers already on a worker thread."""
+        try:
+            return key.to_bytes() in self._cache
+        except _STORAGE_ERRORS:
+            return False
+
+    async def contains_many(self, keys: list[ChunkKey]) -> list[bool]:
+        """contains() for several keys in one executor call."""
+        return await self._run(lambda: [self.contains_sync(k) for k in keys])
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    async def put(self, key: ChunkKey, data: bytes | memoryview) -> None:
+        """Store a chunk's plaintext, evicting least recently used entries to stay within max_bytes.
+
+        A failing disk is logged and ignored: the cache is an optimisation, never a reason to fail a read.
+        """
+        await self._run(self.put_sync, key, data)
+
+    def put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
+        """put() for callers already on a worker thread."""
+        disk_key = key.to_bytes()
+        if self._aead is not None:
+            nonce = os.urandom(_NONCE_SIZE)
+            pieces = _Pieces(bytes((_KIND_SEALED,)), nonce, self._aead.encrypt(nonce, data, disk_key))
+        else:
+            crc = crc32c(data, crc32c(disk_key))
+            pieces = _Pieces(_PLAIN_HEADER.pack(_KIND_PLAIN, len(data), crc), data)
+        try:
+            # read=True: the value is a file-like, always stored as a file, never joined in memory.
+            self._cache.set(disk_key, pieces, read=True, retry=True)
+            evicted = self._cache.cull(retry=True)
+            self._volume = self._cache.volume()
+        except _STORAGE_ERRORS as e:
+            log.warning("chunk cache write failed, chunk not cached: %s", e)
+            return
+        if evicted:
+            self._evictions += evicted
+            if self._metrics is not None:
+                self._metrics.cache_evictions.inc(evicted)
+        self._publish()
+
+    async def delete(self, key: ChunkKey) -> bool:
+        """Remove a chunk's entry; True if there was one."""
+        return await self._run(self._delete_sync, key.to_bytes())
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def size_bytes(self) -> int:
+        """Bytes the cache held on disk after its last change (diskcache's volume; no disk access)."""
+        return self._volume
+
+    @property
+    def evictions(self) -> int:
+        """Entries evicted to stay within max_bytes since this ChunkCache was opened."""
+        return self._evictions
+
+    @property
+    def corrupt(self) -> int:
+        """Entries that failed their check and were deleted since this ChunkCache was opened."""
+        return self._corrupt
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether entries are sealed with AES-GCM."""
+        return self._aead is not None
+
+    def __len__(self) -> int:
+        """Number of entries (disk access: call off the event loop)."""
+        return len(self._cache)
+
+    def close(self) -> None:
+        """Close the database (disk access: call off the event loop). Idempotent."""
+        self._cache.close()
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _open(self, disk_key: bytes, entry: bytes) -> bytes | memoryview | None:
+        """The payload of an entry if it passes its check, else None."""
+        view = memoryview(entry)
+        if not view:
+            return None
+        kind = view[0]
+        if kind == _KIND_PLAIN and self._aead is None:
+            if len(view) < _PLAIN_HEADER.size:
+                return None
+            _, length, crc = _PLAIN_HEADER.unpack_from(view)
+            payload = view[_PLAIN_HEADER.size :]
+            if len(payload) != length or crc32c(payload, crc32c(disk_key)) != crc:
+                return None
+            return payload
+        if kind == _KIND_SEALED and self._aead is not None:
+            if len(view) < 1 + _NONCE_SIZE + _TAG_SIZE:
+                return None
+            try:
+                return self._aead.decrypt(view[1 : 1 + _NONCE_SIZE], view[1 + _NONCE_SIZE :], disk_key)
+            except InvalidTag:
+                return None
+        # An entry of the other kind (encryption switched on or off across a restart) is unusable too.
+        return None
+
+    def _discard_corrupt(self, disk_key: bytes) -> None:
+        self._corrupt += 1
+        if self._metrics is not None:
+            self._metrics.cache_corrupt.inc()
+        log.warning("chunk cache entry failed its check; deleted and refetched")
+        self._delete_sync(disk_key)
+
+    def _delete_sync(self, disk_key: bytes) -> bool:
+        try:
+            deleted = bool(self._cache.delete(disk_key, retry=True))
+            self._volume = self._cache.volume()
+        except _STORAGE_ERRORS as e:
+            log.warning("chunk cache delete failed: %s", e)
+            return False
+        self._publish()
+        return deleted
+
+    def _publish(self) -> None:
+        if self._metrics is not None:
+            self._metrics.cache_size.set(self._volume)

@@ -1,0 +1,367 @@
+"""The read engine: original byte ranges of stored objects, from the chunk cache or the backend.
+
+For each chunk a read needs, in order:
+
+1. a download already under way (single-flight) is joined;
+2. else the disk cache is asked; a hit costs no backend request;
+3. else the chunk is fetched, together with the next missing chunks of the read (up to
+   FOREGROUND_BYTES), in one coalesced ranged GET.
+
+While it consumes, the reader keeps a window of chunks scheduled ahead (see prefetch.PrefetchPolicy):
+within its own range, and past it to the object's end once the object is being read forward. Those
+windows go out as background requests, bounded in number and in bytes, whose chunks land in the cache.
+Chunks are decoded (authenticated, decrypted, inflated) in the executor, one ChunkDecoder per thread and
+object; a chunk that fails is an error for every reader waiting on it and is never cached. Downloads
+outlive the read that started them, so a client hanging up never fails another reader sharing them.
+
+Memory: a read holds the chunk it is yielding plus, without a disk cache, its own read-ahead window;
+downloads hold at most max_parallel_fetches requests of at most max_request_bytes each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from tsproxy import errors
+from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
+from tsproxy.metrics import Metrics
+
+from .chunks import ChunkCache, ChunkKey
+from .plan import FetchRequest, plan_fetches
+from .prefetch import PrefetchPolicy, Stream
+from .singleflight import Abandoned, SingleFlight, wait
+
+FetchStored = Callable[[int, int], Awaitable[bytes]]
+"""(stored_start, stored_end_exclusive) -> those stored bytes of one backend object version."""
+
+# How much of a read a cold first fetch brings in: enough to coalesce a typical 1 MiB fetch that
+# crosses chunk boundaries, little enough for a quick first byte on a long read.
+FOREGROUND_BYTES = 4 << 20
+# Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
+DECODERS_PER_THREAD = 16
+
+
+@dataclass
+class _Read:
+    """One read() call: what it reads and its own bookkeeping."""
+
+    manifest: Manifest
+    ctx: ObjectContext
+    fetch: FetchStored
+    last_chunk: int
+    limit: int  # original offset (exclusive) up to which this read may schedule chunks
+    stream: Stream
+    # Chunks this read has scheduled or joined ahead, kept here when there is no disk cache to land in.
+    pending: dict[int, asyncio.Future[bytes]] = field(default_factory=dict)
+
+    @property
+    def object_id(self) -> bytes:
+        return self.manifest.object_id
+
+    def key(self, ref: ChunkRef) -> ChunkKey:
+        return ChunkKey(self.manifest.object_id, ref.segment_no, ref.chunk_no)
+
+
+class ChunkReader:
+    """Serves original byte ranges of stored objects; one per process, shared by all requests."""
+
+    def __init__(
+        self,
+        cache: ChunkCache | None,
+        executor: Executor,
+        *,
+        prefetch_bytes: int = 16 << 20,
+        max_request_bytes: int = 32 << 20,
+        max_gap_bytes: int = 1 << 20,
+        max_parallel_fetches: int = 8,
+        max_prefetch_in_flight_bytes: int | None = None,
+        max_tracked_objects: int = 1024,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if max_parallel_fetches < 1 or max_request_bytes < 1 or max_gap_bytes < 0 or prefetch_bytes < 0:
+            raise ValueError("reader bounds must be positive")
+        self._cache = cache
+        self._executor = executor
+        self._max_request = max_request_bytes
+        self._max_gap = max_gap_bytes
+        self._metrics = metrics
+        self._flights: SingleFlight[ChunkKey, bytes] = SingleFlight(
+            on_join=metrics.singleflight_joins.inc if metrics is not None else None
+        )
+        self._policy = PrefetchPolicy(
+            prefetch_bytes, max_objects=max_tracked_objects, on_count=self._count_prefetch
+        )
+        self._slots = asyncio.Semaphore(max_parallel_fetches)
+        # Background requests get at most half the slots, so a reader's own fetch never waits behind them.
+        self._background_slots = asyncio.Semaphore(max(1, max_parallel_fetches // 2))
+        self._background_budget = (
+            max_prefetch_in_flight_bytes if max_prefetch_in_flight_bytes is not None else 4 * prefetch_bytes
+        )
+        self._background_bytes = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._local = threading.local()
+        self._closed = False
+        self.fetches = 0  # backend requests made
+
+    @property
+    def policy(self) -> PrefetchPolicy:
+        """The prefetch bookkeeping (issued / used / wasted counts)."""
+        return self._policy
+
+    @property
+    def joins(self) -> int:
+        """Chunk reads that joined a download already under way."""
+        return self._flights.joins
+
+    async def read(
+        self, manifest: Manifest, ctx: ObjectContext, fetch: FetchStored, first: int, last: int
+    ) -> AsyncIterator[bytes]:
+        """The original bytes first..last (inclusive) of the object, in order, as chunks become ready.
+
+        IntegrityError (never wrong bytes) when stored data fails verification; the fetch function's
+        errors as they are.
+        """
+        if self._closed:
+            raise errors.ServiceUnavailable("shutting down")
+        if not 0 <= first <= last < manifest.size:
+            raise errors.InvalidRange(
+                f"bytes {first}-{last} are not within an object of {manifest.size} bytes"
+            )
+        index = manifest.index
+        i0, i1 = index.chunk_at(first), index.chunk_at(last)
+        stream = self._policy.begin(manifest.object_id, first)
+        # Past its own end a read schedules only into the cache, and only for a forward-moving reader.
+        limit = manifest.size if (stream.sequential and self._cache is not None) else last + 1
+        rd = _Read(manifest, ctx, fetch, i1, limit, stream)
+        try:
+            for i in range(i0, i1 + 1):
+                ref = index.chunk(i)
+                position = max(first, ref.original_offset)
+                data = await self._chunk(rd, i, ref, position)
+                start = position - ref.original_offset
+                stop = min(last + 1, ref.original_offset + ref.original_len) - ref.original_offset
+                piece = data if start == 0 and stop == len(data) else data[start:stop]
+                yield piece if isinstance(piece, bytes) else bytes(piece)
+                self._policy.consumed(manifest.object_id, stream, i, ref.original_offset + stop)
+        finally:
+            rd.pending.clear()
+
+    async def close(self) -> None:
+        """Cancel downloads under way; reads still running fail with ServiceUnavailable."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._policy.clear()
+
+    # -- one chunk ---------------------------------------------------------------------------------
+
+    async def _chunk(self, rd: _Read, i: int, ref: ChunkRef, position: int) -> bytes | memoryview:
+        """Chunk i's plaintext, after making sure the chunks ahead of it are on their way."""
+        key = rd.key(ref)
+        fut = rd.pending.pop(i, None) or self._flights.join(key)
+        data: bytes | memoryview | None = None
+        if fut is None and self._cache is not None:
+            data = await self._cache.get(key)
+        if fut is None and data is None:
+            fut = await self._fetch_foreground(rd, i, ref)
+        self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
+        await self._read_ahead(rd, position)
+        if data is None:
+            assert fut is not None
+            data = await self._wait(rd, i, ref, fut)
+            self._count_cache("miss", ref.original_len)
+        else:
+            self._count_cache("hit", ref.original_len)
+        return data
+
+    async def _wait(self, rd: _Read, i: int, ref: ChunkRef, fut: asyncio.Future[bytes]) -> bytes | memoryview:
+        """The result of a chunk's download; a download cancelled under us is started again."""
+        key = rd.key(ref)
+        while True:
+            try:
+                return await wait(fut)
+            except Abandoned:
+                if self._closed:
+                    raise errors.ServiceUnavailable("shutting down") from None
+            if self._cache is not None:
+                cached = await self._cache.get(key)
+                if cached is not None:
+                    return cached
+            # No await between looking and claiming, so the chunk cannot be claimed by another in between.
+            fut = self._flights.join(key) or self._launch(rd, i, [ref], [True], background=False)[0]
+
+    async def _fetch_foreground(self, rd: _Read, i: int, ref: ChunkRef) -> asyncio.Future[bytes]:
+        """Fetch chunk i now, with the missing chunks after it in this read up to FOREGROUND_BYTES."""
+        index = rd.manifest.index
+        reach = min(rd.manifest.size - 1, ref.original_offset + FOREGROUND_BYTES - 1)
+        end = min(rd.last_chunk, index.chunk_at(reach))
+        refs = [ref] + [index.chunk(j) for j in range(i + 1, end + 1)]
+        missing = await self._missing(rd, refs[1:])
+        if rd.key(ref) in self._flights:  # someone started it while we looked
+            joined = self._flights.join(rd.key(ref))
+            assert joined is not None
+            return joined
+        futures = self._launch(rd, i, refs, [True, *missing], background=False)
+        for pos in range(1, len(refs)):
+            if pos in futures:
+                rd.pending[i + pos] = futures[pos]
+        self._policy.scheduled(rd.stream, refs[-1].original_offset + refs[-1].original_len)
+        return futures[0]
+
+    async def _read_ahead(self, rd: _Read, position: int) -> None:
+        """Schedule the next window ahead of position when the policy says so and the budget allows."""
+        rng = self._policy.want(rd.stream, position, rd.limit)
+        if rng is None:
+            return
+        index = rd.manifest.index
+        j0, j1 = index.chunk_at(rng[0]), index.chunk_at(rng[1] - 1)
+        refs = [index.chunk(j) for j in range(j0, j1 + 1)]
+        upper = refs[-1].stored_offset + refs[-1].stored_len - refs[0].stored_offset
+        if self._background_bytes and self._background_bytes + upper > self._background_budget:
+            return  # over budget: asked again at the next chunk
+        self._policy.scheduled(rd.stream, refs[-1].original_offset + refs[-1].original_len)
+        missing = await self._missing(rd, refs)
+        futures = self._launch(rd, j0, refs, missing, background=True)
+        if self._cache is None:
+            # Nowhere for the chunks to land: this read holds them (its window bounds the memory).
+            for pos, ref in enumerate(refs):
+                j = j0 + pos
+                if j > rd.last_chunk:
+                    break
+                fut = futures.get(pos) or rd.pending.get(j) or self._flights.join(rd.key(ref))
+                if fut is not None:
+                    rd.pending[j] = fut
+
+    async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
+        """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
+        keys = [rd.key(r) for r in refs]
+        cached = [False] * len(keys)
+        if self._cache is not None and keys:
+            cached = await self._cache.contains_many(keys)
+        return [not c and k not in self._flights for k, c in zip(keys, cached, strict=True)]
+
+    # -- downloads ---------------------------------------------------------------------------------
+
+    def _launch(
+        self, rd: _Read, first_index: int, refs: list[ChunkRef], missing: list[bool], *, background: bool
+    ) -> dict[int, asyncio.Future[bytes]]:
+        """Claim the missing chunks and start coalesced requests for them; futures by position in refs.
+
+        refs are consecutive chunks of the object, the first being chunk first_index.
+        """
+        # Claiming is synchronous, so no other task can claim a chunk between the check and here.
+        missing = [m and rd.key(r) not in self._flights for m, r in zip(missing, refs, strict=True)]
+        plan = plan_fetches(refs, missing, max_gap_bytes=self._max_gap, max_request_bytes=self._max_request)
+        futures: dict[int, asyncio.Future[bytes]] = {}
+        for req in plan:
+            claimed: dict[int, asyncio.Future[bytes]] = {}
+            for pos in req.positions:
+                fut = self._flights.claim(rd.key(refs[pos]))
+                assert fut is not None
+                claimed[pos] = fut
+            futures.update(claimed)
+            if background:
+                self._background_bytes += req.size  # released by _download
+                self._policy.issued_ahead(rd.object_id, (first_index + p for p in req.positions))
+            task = asyncio.get_running_loop().create_task(self._download(rd, req, refs, claimed, background))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return futures
+
+    async def _download(
+        self,
+        rd: _Read,
+        req: FetchRequest,
+        refs: list[ChunkRef],
+        claimed: dict[int, asyncio.Future[bytes]],
+        background: bool,
+    ) -> None:
+        """One ranged GET, its chunks decoded in parallel, each settled and cached as soon as it is ready."""
+        try:
+            async with self._background_slots if background else contextlib.nullcontext(), self._slots:
+                self.fetches += 1
+                stored = await rd.fetch(req.stored_start, req.stored_end)
+            if len(stored) != req.size:
+                raise errors.IntegrityError(
+                    f"backend sent {len(stored)} bytes, asked for {req.size} from {req.stored_start}"
+                )
+            view = memoryview(stored)
+            await asyncio.gather(
+                *(
+                    self._decode_and_keep(
+                        rd,
+                        refs[pos],
+                        view[refs[pos].stored_offset - req.stored_start :][: refs[pos].stored_len],
+                        fut,
+                    )
+                    for pos, fut in claimed.items()
+                )
+            )
+        except Exception as e:
+            for fut in claimed.values():
+                if not fut.done():
+                    fut.set_exception(e)
+        finally:
+            if background:
+                self._background_bytes -= req.size
+            for pos, fut in claimed.items():
+                self._flights.forget(rd.key(refs[pos]), fut)
+
+    async def _decode_and_keep(
+        self, rd: _Read, ref: ChunkRef, stored: memoryview, fut: asyncio.Future[bytes]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            plain = await loop.run_in_executor(self._executor, self._decode, rd.manifest, rd.ctx, ref, stored)
+        except errors.IntegrityError as e:
+            if self._metrics is not None:
+                self._metrics.integrity_errors.inc()
+            fut.set_exception(e)
+            return
+        except Exception as e:
+            fut.set_exception(e)
+            return
+        fut.set_result(plain)
+        if self._cache is not None:
+            await self._cache.put(rd.key(ref), plain)
+        # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
+        self._flights.forget(rd.key(ref), fut)
+
+    def _decode(self, manifest: Manifest, ctx: ObjectContext, ref: ChunkRef, stored: memoryview) -> bytes:
+        """Runs on an executor thread: verify and decode one chunk, counting the thread's CPU time."""
+        started = time.thread_time()
+        decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
+        if decoders is None:
+            decoders = self._local.decoders = OrderedDict()
+        decoder = decoders.get(manifest.object_id)
+        if decoder is None:
+            decoder = decoders[manifest.object_id] = ChunkDecoder(manifest, ctx)
+            if len(decoders) > DECODERS_PER_THREAD:
+                decoders.popitem(last=False)
+        else:
+            decoders.move_to_end(manifest.object_id)
+        try:
+            return decoder.decode(ref, stored)
+        finally:
+            if self._metrics is not None:
+                self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)
+
+    # -- metrics -----------------------------------------------------------------------------------
+
+    def _count_cache(self, result: str, nbytes: int) -> None:
+        if self._metrics is not None:
+            self._metrics.cache_requests.labels(result).inc()
+            self._metrics.cache_bytes.labels(result).inc(nbytes)
+
+    def _count_prefetch(self, state: str, n: int) -> None:
+        if self._metrics is not None:
+            self._metrics.prefetch_chunks.labels(state).inc(n)
