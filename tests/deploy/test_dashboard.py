@@ -252,7 +252,9 @@ def test_every_query_returns_data_after_a_short_workload(tmp_path: Path) -> None
     )
     (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     eval_time = f"{WORKLOAD_AT}m"
-    tests = [{"eval_time": eval_time, "alertname": r["alert"], "exp_alerts": []} for r in rules[:-1]]
+    tests: list[dict[str, Any]] = [
+        {"eval_time": eval_time, "alertname": r["alert"], "exp_alerts": []} for r in rules[:-1]
+    ]
     tests.append({"eval_time": eval_time, "alertname": "Canary", "exp_alerts": [{"exp_labels": {}}]})
     suite = {
         "rule_files": ["queries.yml"],
