@@ -145,6 +145,7 @@ def test_truncated_objects_are_refused(ring: KeyRing, encrypted: tuple[bytes, by
         stored[: last.stored_offset] + tail,  # last chunk dropped, tail kept
         stored[: last.stored_offset + last.stored_len - 1] + tail,  # last chunk cut short
         tail,  # no data at all
+        stored[: manifest.data_size] + b"extra" + tail,  # data area longer than the manifest says
         stored[-TRAILER_SIZE:],
         b"",
     ]
