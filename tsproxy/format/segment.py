@@ -30,7 +30,7 @@ from .context import (
 )
 from .index import MAX_STORED_CHUNK, decode_sizes, encode_sizes
 from .kafka_probe import looks_like_compressed_kafka
-from .settings import TransformSettings
+from .settings import MIN_CHUNK_SIZE, TransformSettings
 from .wire import Reader, Writer
 
 _INFO_VERSION = 1
@@ -38,6 +38,7 @@ _F_COMPRESSED = 0x01
 _F_SALT = 0x02
 _F_CRC = 0x04
 MD5_SIZE = 16
+_MIN_BUFFER = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,8 @@ class SegmentInfo:
         salt = bytes(r.take(SALT_SIZE)) if flags & _F_SALT else b""
         original_size = r.varint()
         md5 = bytes(r.take(MD5_SIZE))
-        sizes = decode_sizes(r, r.remaining())
+        # Equal sizes pack into zero bits, so the byte count cannot bound the chunk count; the size can.
+        sizes = decode_sizes(r, -(-original_size // MIN_CHUNK_SIZE))
         crcs: tuple[int, ...] = ()
         if flags & _F_CRC:
             raw = r.take(4 * len(sizes))
@@ -149,8 +151,9 @@ class SegmentEncoder:
         self._settings = settings
         self._segment_no = segment_no
         self._chunk_size = settings.chunk_size
-        self._buf = bytearray(settings.chunk_size)
-        self._view = memoryview(self._buf)
+        # The chunk buffer grows to the chunk size only as data arrives: a small object never pays for a
+        # whole (up to 64 MiB) chunk of zeroed memory.
+        self._view = memoryview(bytearray())
         self._fill = 0
         self._size = 0
         self._md5 = hashlib.md5(usedforsecurity=False)
@@ -206,6 +209,8 @@ class SegmentEncoder:
                 pos += size
                 continue
             take = min(size - self._fill, n - pos)
+            if self._fill + take > len(self._view):
+                self._grow(self._fill + take)
             self._view[self._fill : self._fill + take] = view[pos : pos + take]
             self._fill += take
             pos += take
@@ -228,9 +233,15 @@ class SegmentEncoder:
             compressed=self._compressed,
             crc32c=tuple(self._crcs) if self._aead is None else (),
         )
-        self._buf = bytearray()
-        self._view = memoryview(self._buf)
+        self._view.release()
         return out
+
+    def _grow(self, needed: int) -> None:
+        capacity = min(self._chunk_size, max(needed, 2 * len(self._view), _MIN_BUFFER))
+        bigger = bytearray(capacity)
+        bigger[: self._fill] = self._view[: self._fill]
+        self._view.release()
+        self._view = memoryview(bigger)
 
     def _decide_compression(self, first_chunk: memoryview) -> None:
         mode = self._settings.compression
