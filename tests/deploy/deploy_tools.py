@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,3 +78,41 @@ def selectors(expr: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
 def tsproxy_names(expr: str) -> set[str]:
     """Every tsproxy_* identifier in an expression, with or without a selector."""
     return set(re.findall(r"\btsproxy_[a-zA-Z0-9_]+", expr))
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(
+    argv: list[str], cwd: Path, metrics_port: int, env: dict[str, str] | None = None
+) -> Iterator[Path]:
+    """Run a `tsproxy serve` command line until /healthz answers, yield its log file, stop it (SIGTERM)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TSPROXY_")}
+    environment.update(env or {})
+    log = cwd / "tsproxy.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, cwd=cwd, env=environment, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    output = log.read_text(errors="replace")
+                    raise AssertionError(f"tsproxy did not come up:\n{output}") from None
+                time.sleep(0.1)
+        yield log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
