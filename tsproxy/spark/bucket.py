@@ -1,0 +1,263 @@
+"""Reading the bucket that holds tiered segments, from Spark's driver and executors (blocking, boto3).
+
+Two ways to reach the objects (see `StoreOptions`):
+
+* through a tsproxy endpoint: objects come back as their original bytes and a ranged GET maps onto the
+  chunks it touches, so this is plain S3;
+* straight from the backend with a key ring, so a large cluster does not funnel through one proxy: an
+  object that ends in a tsproxy trailer is decoded here with tsproxy.format (its tail first, then only
+  the chunks a range needs), any other object is passed through as it is.
+
+Executors build their own clients from the picklable options; one client per process and options.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tsproxy import errors
+from tsproxy.errors import KeyNotFound
+from tsproxy.format import MAGIC, TRAILER_SIZE, KeyRing, Manifest, ObjectContext, decode_tail, tail_length
+from tsproxy.format.objects import iter_range
+
+from .options import StoreOptions
+
+# A suffix this long holds the tail of any ordinary object in one GET (the manifest grows with chunks).
+TAIL_GUESS = 64 << 10
+STREAM_PIECE = 1 << 20
+_OPEN_CACHE = 64  # decoded tails kept per process: a worker reads several pieces of one segment
+
+_clients: dict[StoreOptions, Any] = {}
+_rings: dict[str, KeyRing] = {}
+_lock = threading.Lock()
+
+
+def _client(options: StoreOptions) -> Any:
+    with _lock:
+        client = _clients.get(options)
+        if client is None:
+            config = Config(
+                s3={"addressing_style": "path" if options.path_style else "auto"},
+                retries={"max_attempts": 5, "mode": "standard"},
+                max_pool_connections=32,
+                # Plain GET/PUT work with every S3-compatible store; no flexible checksums.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+            )
+            session = boto3.session.Session()
+            client = session.client(
+                "s3",
+                endpoint_url=options.endpoint,
+                region_name=options.region,
+                aws_access_key_id=options.access_key,
+                aws_secret_access_key=options.secret_key,
+                config=config,
+            )
+            _clients[options] = client
+        return client
+
+
+def _key_ring(path: str) -> KeyRing:
+    with _lock:
+        ring = _rings.get(path)
+        if ring is None:
+            ring = _rings[path] = KeyRing.load(path)
+        return ring
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What reading an object needs once its tail is known."""
+
+    stored_size: int
+    manifest: Manifest | None  # None: not a tsproxy object, read as it is
+    ctx: ObjectContext | None
+    suffix: bytes  # the object's last bytes, to answer tail reads without another GET
+
+    @property
+    def size(self) -> int:
+        return self.manifest.size if self.manifest is not None else self.stored_size
+
+
+class Bucket:
+    """Listing and ranged reads of original object bytes, whichever way the objects are reached."""
+
+    def __init__(self, options: StoreOptions) -> None:
+        self.options = options
+        self.requests = 0  # GETs and LISTs this instance made (for tests and progress)
+        self._opened: OrderedDict[str, _Opened] = OrderedDict()
+
+    @property
+    def client(self) -> Any:
+        return _client(self.options)
+
+    def uri(self, key: str) -> str:
+        return self.options.uri(key)
+
+    # -- listing --------------------------------------------------------------------------------------
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """(key, listed size) of every object under prefix, in key order."""
+        token: str | None = None
+        while True:
+            args: dict[str, Any] = {"Bucket": self.options.bucket, "Prefix": prefix, "MaxKeys": 1000}
+            if token:
+                args["ContinuationToken"] = token
+            page = self._call(f"s3://{self.options.bucket}/{prefix}", self.client.list_objects_v2, **args)
+            for item in page.get("Contents", ()):
+                yield item["Key"], int(item["Size"])
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def read(
+        self, key: str, first: int = 0, end: int | None = None, *, stored_size: int | None = None
+    ) -> bytes:
+        """Original bytes first..end-1 of an object (end None: to its end)."""
+        return b"".join(self.stream(key, first, end, stored_size=stored_size))
+
+    def stream(
+        self, key: str, first: int = 0, end: int | None = None, *, stored_size: int | None = None
+    ) -> Generator[bytes, None, None]:
+        """Original bytes first..end-1 of an object in pieces of about STREAM_PIECE (bounded memory)."""
+        if end is not None and end <= first:
+            return
+        if not self.options.direct:
+            yield from self._get_stream(key, first, end)
+            return
+        opened = self._open(key, stored_size)
+        if opened.manifest is None:
+            yield from self._get_stream(key, first, end)
+            return
+        size = opened.manifest.size
+        last = size - 1 if end is None else min(end, size) - 1
+        if first > last:
+            return
+        try:
+            yield from iter_range(self._stored_reader(key, opened), opened.stored_size, None, first, last)
+        except KeyNotFound as e:  # pragma: no cover - the tail was decoded with the ring already
+            raise self._key_error(key, e) from None
+
+    def size(self, key: str, stored_size: int | None = None) -> int:
+        """The original size of an object (a HEAD, or the tail in direct mode)."""
+        if self.options.direct:
+            return self._open(key, stored_size).size
+        head = self._call(self.uri(key), self.client.head_object, Bucket=self.options.bucket, Key=key)
+        return int(head["ContentLength"])
+
+    def _get_stream(self, key: str, first: int, end: int | None) -> Iterator[bytes]:
+        rng = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
+        if first == 0 and end is None:
+            rng = ""
+        args: dict[str, Any] = {"Bucket": self.options.bucket, "Key": key}
+        if rng:
+            args["Range"] = rng
+        try:
+            response = self._call(self.uri(key), self.client.get_object, **args)
+        except errors.InvalidRange:
+            return  # the range starts at or past the end: nothing there
+        body = response["Body"]
+        try:
+            yield from body.iter_chunks(STREAM_PIECE)
+        except (BotoCoreError, OSError) as e:
+            raise errors.InternalError(f"{self.uri(key)}: reading the body failed: {e}") from None
+        finally:
+            body.close()
+
+    def _get(self, key: str, rng: str) -> tuple[bytes, int]:
+        """The bytes of a range (e.g. 'bytes=-65536') and the object's full stored size."""
+        response = self._call(
+            self.uri(key), self.client.get_object, Bucket=self.options.bucket, Key=key, Range=rng
+        )
+        data = response["Body"].read()
+        total = response.get("ContentRange", "").rpartition("/")[2]
+        size = int(total) if total.isdigit() else int(response.get("ContentLength", len(data)))
+        return data, size
+
+    # -- tsproxy objects, read straight from the backend -------------------------------------------------
+
+    def _open(self, key: str, stored_size: int | None) -> _Opened:
+        cached = self._opened.get(key)
+        if cached is not None and (stored_size is None or cached.stored_size == stored_size):
+            self._opened.move_to_end(key)
+            return cached
+        try:
+            suffix, size = self._get(key, f"bytes=-{TAIL_GUESS}")
+        except errors.InvalidRange:
+            suffix, size = b"", 0  # an empty object
+        manifest = ctx = None
+        if len(suffix) >= TRAILER_SIZE and suffix[-len(MAGIC) :] == MAGIC:
+            need = tail_length(suffix[-TRAILER_SIZE:])
+            if need > size:
+                raise errors.InternalError(f"{self.uri(key)}: tsproxy tail longer than the object")
+            if need > len(suffix):
+                suffix, _ = self._get(key, f"bytes=-{need}")
+            try:
+                manifest, ctx = decode_tail(suffix, _key_ring(self.options.key_ring or ""))
+            except KeyNotFound as e:
+                raise self._key_error(key, e) from None
+            except errors.FormatError as e:
+                raise type(e)(f"{self.uri(key)}: {e}") from None
+        opened = _Opened(size, manifest, ctx, suffix)
+        self._opened[key] = opened
+        if len(self._opened) > _OPEN_CACHE:
+            self._opened.popitem(last=False)
+        return opened
+
+    def _stored_reader(self, key: str, opened: _Opened) -> Callable[[int, int], bytes]:
+        suffix_start = opened.stored_size - len(opened.suffix)
+
+        def read(start: int, end: int) -> bytes:
+            # iter_range reads the trailer and tail first: those come from the suffix already fetched.
+            if start >= suffix_start:
+                return opened.suffix[start - suffix_start : end - suffix_start]
+            data, _ = self._get(key, f"bytes={start}-{end - 1}")
+            if len(data) != end - start:
+                raise errors.InternalError(
+                    f"{self.uri(key)}: short read ({len(data)} of {end - start} bytes)"
+                )
+            return data
+
+        return read
+
+    def _key_error(self, key: str, e: KeyNotFound) -> KeyNotFound:
+        return KeyNotFound(f"{self.uri(key)}: {e} (key ring {self.options.key_ring})")
+
+    # -- errors -----------------------------------------------------------------------------------------
+
+    def _call(self, where: str, fn: Callable[..., Any], **args: Any) -> Any:
+        self.requests += 1
+        try:
+            return fn(**args)
+        except ClientError as e:
+            raise _s3_error(where, e, self.options) from None
+        except BotoCoreError as e:
+            raise errors.ServiceUnavailable(
+                f"{where}: cannot reach {self.options.endpoint or 'AWS S3'}: {e}"
+            ) from None
+
+
+def _s3_error(where: str, e: ClientError, options: StoreOptions) -> errors.S3Error:
+    """The typed error for a failed request, with a message that says what to check."""
+    code = str(e.response.get("Error", {}).get("Code", ""))
+    status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) or 500)
+    if code in ("NoSuchKey", "404") or (status == 404 and code not in ("NoSuchBucket",)):
+        return errors.NoSuchKey(f"{where}: no such object (deleted after the read was planned?)")
+    if code == "NoSuchBucket":
+        return errors.NoSuchBucket(f"{where}: no such bucket")
+    if code in ("InvalidRange", "416") or status == 416:
+        return errors.InvalidRange(f"{where}: range not satisfiable")
+    if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403") or status == 403:
+        how = "accessKey/secretKey" if options.access_key else "the AWS credential chain"
+        return errors.AccessDenied(f"{where}: access denied ({code or status}); check {how}")
+    return errors.InternalError(f"{where}: {code or status}: {e}")

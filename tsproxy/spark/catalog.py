@@ -1,0 +1,164 @@
+"""The driver's side of a read: list the segments, load the indexes planning needs, plan the pieces.
+
+Only the key listing and small index objects are read here, never segment data. Index loads run on a
+small thread pool, since a topic can have thousands of segments.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tsproxy import errors
+from tsproxy.kafka.indexes import parse_offset_index, parse_time_index
+from tsproxy.kafka.layout import LAYOUT_AIVEN, SegmentObject, group_segments, parse_rsm_manifest
+from tsproxy.kafka.manifest import IndexRange
+
+from .bucket import Bucket
+from .options import MIN_SPLIT_BYTES, Bound, ReadOptions
+from .planning import (
+    NEEDS_ALL,
+    NEEDS_NONE,
+    Indexes,
+    Piece,
+    Segment,
+    index_needs,
+    order_segments,
+    plan_partition,
+)
+
+log = logging.getLogger("tsproxy.spark")
+
+INDEX_THREADS = 16
+
+
+@dataclass(frozen=True)
+class ListedSegment:
+    """A segment object found in the listing, with its companions and its listed size."""
+
+    obj: SegmentObject
+    size: int
+
+    @property
+    def segment(self) -> Segment:
+        o = self.obj
+        return Segment(o.key, o.topic, o.partition, o.base_offset, self.size)
+
+
+def list_segments(
+    bucket: Bucket, options: ReadOptions, topics: Iterable[str] | None = None
+) -> dict[tuple[str, int], list[ListedSegment]]:
+    """The subscribed topics' segments, by (topic, partition); incomplete uploads left out."""
+    prefix = options.store.prefix
+    wanted = list(topics) if topics is not None else list(options.topics)
+    # Listing each named topic's own prefix keeps the listing small in a shared bucket.
+    prefixes = [f"{prefix}{t}-" for t in sorted(wanted)] if wanted and not options.topic_pattern else [prefix]
+    sizes: dict[str, int] = {}
+    for p in prefixes:
+        sizes.update(bucket.list(p))
+    found: dict[tuple[str, int], list[ListedSegment]] = defaultdict(list)
+    for obj in group_segments(sizes, prefix):
+        if obj.layout != options.layout or not options.wants_topic(obj.topic):
+            continue
+        if obj.layout == LAYOUT_AIVEN and obj.manifest_key is None:
+            log.warning("skipping %s: no .rsm-manifest (an upload that did not finish)", bucket.uri(obj.key))
+            continue
+        found[(obj.topic, obj.partition)].append(ListedSegment(obj, sizes[obj.key]))
+    return dict(found)
+
+
+def load_indexes(bucket: Bucket, listed: ListedSegment, need: int) -> Indexes:
+    """The offset index (and the time index when need is NEEDS_ALL) of a segment; None where missing."""
+    obj = listed.obj
+    want_times = need == NEEDS_ALL
+    try:
+        if obj.manifest_key is not None:
+            manifest = parse_rsm_manifest(
+                bucket.read(obj.manifest_key), object_name=bucket.uri(obj.manifest_key)
+            )
+            ranges = {"offset": manifest.index("offset"), "timestamp": manifest.index("timestamp")}
+            if manifest.segment_indexes is not None and obj.indexes_key is not None:
+                return _from_indexes_object(bucket, listed, ranges, want_times)
+        offsets = _read_index(bucket, obj.offset_index_key)
+        times = _read_index(bucket, obj.time_index_key) if want_times else None
+    except errors.NoSuchKey:
+        log.warning("%s: an index object vanished; reading the segment whole", bucket.uri(obj.key))
+        return Indexes()
+    name = bucket.uri(obj.key)
+    return Indexes(
+        offsets=None if offsets is None else parse_offset_index(offsets, obj.base_offset, object_name=name),
+        times=None if times is None else parse_time_index(times, obj.base_offset, object_name=name),
+    )
+
+
+def _read_index(bucket: Bucket, key: str | None) -> bytes | None:
+    return None if key is None else bucket.read(key)
+
+
+def _from_indexes_object(
+    bucket: Bucket, listed: ListedSegment, ranges: Mapping[str, IndexRange | None], want_times: bool
+) -> Indexes:
+    obj = listed.obj
+    assert obj.indexes_key is not None
+    off, ts = ranges["offset"], ranges["timestamp"] if want_times else None
+    present = [r for r in (off, ts) if r is not None]
+    if not present:
+        return Indexes(offsets=None if off is None else [], times=None if ts is None else [])
+    lo = min(r.position for r in present)
+    hi = max(r.position + r.size for r in present)
+    data = bucket.read(obj.indexes_key, lo, hi) if hi > lo else b""
+    name = bucket.uri(obj.indexes_key)
+
+    def part(r: IndexRange) -> bytes:
+        return data[r.position - lo : r.position - lo + r.size]
+
+    return Indexes(
+        offsets=None if off is None else parse_offset_index(part(off), obj.base_offset, object_name=name),
+        times=None if ts is None else parse_time_index(part(ts), obj.base_offset, object_name=name),
+    )
+
+
+def split_target(options: ReadOptions, total_bytes: int) -> int:
+    """Bytes per piece: maxBytesPerPartition, smaller when minPartitions asks for more pieces."""
+    target = options.max_bytes_per_partition
+    if options.min_partitions:
+        target = min(target, max(MIN_SPLIT_BYTES, total_bytes // options.min_partitions))
+    return target
+
+
+def plan_read(bucket: Bucket, options: ReadOptions) -> list[Piece]:
+    """Every piece of the read, ordered by topic, partition and offset."""
+    found = list_segments(bucket, options)
+    for topic in options.topics:
+        if not any(t == topic for t, _ in found):
+            log.warning("topic %s: no tiered segments under %s", topic, bucket.uri(options.store.prefix))
+    total = sum(s.size for segs in found.values() for s in segs)
+    target = split_target(options, total)
+    bounds: dict[tuple[str, int], tuple[Bound, Bound]] = {
+        tp: (options.start.for_partition(*tp), options.end.for_partition(*tp)) for tp in found
+    }
+    # Which index loads planning needs, decided per segment before any is made.
+    jobs: list[tuple[ListedSegment, int]] = []
+    for tp, listed in found.items():
+        by_key = {s.obj.key: s for s in listed}
+        start, end = bounds[tp]
+        for seg, upper in order_segments([s.segment for s in listed]):
+            need = index_needs(seg, upper, start, end, target)
+            if need != NEEDS_NONE:
+                jobs.append((by_key[seg.key], need))
+    with ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="tsproxy-index") as pool:
+        loaded = dict(
+            zip(
+                (listed.obj.key for listed, _ in jobs),
+                pool.map(lambda job: load_indexes(bucket, *job), jobs),
+                strict=True,
+            )
+        )
+    pieces: list[Piece] = []
+    for tp in sorted(found):
+        start, end = bounds[tp]
+        pieces += plan_partition([s.segment for s in found[tp]], start, end, loaded, target)
+    return pieces

@@ -1,0 +1,170 @@
+"""Reading one planned piece: stream its bytes, cut them at batch boundaries, decode, filter, to Arrow.
+
+Memory stays at about REGION_BYTES plus the largest batch, whatever the size of the piece: bytes are
+decoded as they arrive, a region of whole batches at a time, and the cut-off batch at the end of a
+region waits for the next bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from tsproxy.kafka.errors import CorruptRecordError
+from tsproxy.kafka.records import LOG_OVERHEAD, MIN_BATCH_LENGTH, DecodeStats, RecordRow, iter_rows
+
+from .arrow import rows_to_batch
+from .bucket import Bucket
+from .planning import Piece
+
+REGION_BYTES = 8 << 20  # decode once this much is buffered
+ROWS_PER_BATCH = 32768  # Arrow batch size handed to Spark / the Parquet writer
+MAX_BATCH_BYTES = 1 << 30  # a larger length field is corruption (Kafka's segments are at most 1 GiB)
+_LENGTH = struct.Struct(">i")
+_BASE = struct.Struct(">q")
+
+
+@dataclass
+class _TimeFilter:
+    """Per-piece state of the timestamp bounds (see Piece): started once, stopped once."""
+
+    skip_until_ts: int | None
+    stop_at_ts: int | None
+    started: bool = False
+    stopped: bool = False
+
+    def apply(self, rows: list[RecordRow]) -> list[RecordRow]:
+        if self.stopped:
+            return []
+        if self.skip_until_ts is None and self.stop_at_ts is None:
+            return rows
+        kept = []
+        for row in rows:
+            ts = row[1]
+            if self.stop_at_ts is not None and ts >= self.stop_at_ts:
+                self.stopped = True
+                break
+            if not self.started and (self.skip_until_ts is None or ts >= self.skip_until_ts):
+                self.started = True
+            if self.started:
+                kept.append(row)
+        return kept
+
+
+def whole_batches(buf: bytes | bytearray | memoryview) -> tuple[int, str | None]:
+    """How many leading bytes of buf are whole record batches, by their length fields.
+
+    The second value is a reason when the batch after them has an impossible length (corruption).
+    """
+    pos, end = 0, len(buf)
+    while pos + LOG_OVERHEAD <= end:
+        length = _LENGTH.unpack_from(buf, pos + 8)[0]
+        if length < MIN_BATCH_LENGTH or length > MAX_BATCH_BYTES:
+            return pos, f"batch length {length} is impossible"
+        if pos + LOG_OVERHEAD + length > end:
+            break
+        pos += LOG_OVERHEAD + length
+    return pos, None
+
+
+def piece_rows(
+    bucket: Bucket, piece: Piece, *, skip_corrupt: bool = False, stats: DecodeStats | None = None
+) -> Iterator[list[RecordRow]]:
+    """The records of a piece that pass its offset and timestamp filters, a region at a time."""
+    stats = stats if stats is not None else DecodeStats()
+    times = _TimeFilter(piece.skip_until_ts, piece.stop_at_ts)
+    name = bucket.uri(piece.key)
+    buf = bytearray()
+    buf_pos = piece.first  # object position of buf[0]
+
+    def decode(data: bytes, position: int) -> list[RecordRow]:
+        rows = list(
+            iter_rows(
+                data,
+                object_name=name,
+                base_position=position,
+                min_offset=piece.min_offset,
+                max_offset=piece.max_offset,
+                skip_corrupt=skip_corrupt,
+                stats=stats,
+            )
+        )
+        return times.apply(rows)
+
+    with closing(bucket.stream(piece.key, piece.first, piece.end, stored_size=piece.size)) as stream:
+        yield from _regions(stream, buf, buf_pos, piece, name, decode, times, skip_corrupt)
+
+
+def _regions(
+    stream: Iterator[bytes],
+    buf: bytearray,
+    buf_pos: int,
+    piece: Piece,
+    name: str,
+    decode: Callable[[bytes, int], list[RecordRow]],
+    times: _TimeFilter,
+    skip_corrupt: bool,
+) -> Iterator[list[RecordRow]]:
+    slurp = False  # after an impossible length with skip_corrupt: decode the rest in one go at the end
+    for data in stream:
+        buf += data
+        if slurp or len(buf) < REGION_BYTES:
+            continue
+        cut, bad = whole_batches(buf)
+        if bad is not None and cut == 0:
+            if not skip_corrupt:
+                raise CorruptRecordError(name, buf_pos, bad)
+            slurp = True
+            continue
+        if cut == 0:
+            continue  # one batch larger than a region: wait for the rest of it
+        rows = decode(bytes(buf[:cut]), buf_pos)
+        del buf[:cut]
+        buf_pos += cut
+        if rows:
+            yield rows
+        if times.stopped or _past_max(buf, piece):
+            return
+    if buf:
+        # The end of the piece is a batch boundary (from the index) or the end of the object, so
+        # anything cut off here is a truncated segment: the decoder reports it (or skips it).
+        rows = decode(bytes(buf), buf_pos)
+        if rows:
+            yield rows
+
+
+def _past_max(rest: bytearray, piece: Piece) -> bool:
+    # Offsets only grow within a segment: once the next batch starts past max_offset, stop reading.
+    return piece.max_offset is not None and len(rest) >= 8 and _BASE.unpack_from(rest)[0] > piece.max_offset
+
+
+def read_piece(
+    bucket: Bucket,
+    piece: Piece,
+    *,
+    include_headers: bool,
+    skip_corrupt: bool = False,
+    timestamp_unit: str = "us",
+    stats: DecodeStats | None = None,
+    rows_per_batch: int = ROWS_PER_BATCH,
+) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of a piece's records, in offset order."""
+
+    def batch(rows: list[RecordRow]) -> pa.RecordBatch:
+        return rows_to_batch(
+            rows, piece.topic, piece.partition, include_headers=include_headers, timestamp_unit=timestamp_unit
+        )
+
+    pending: list[RecordRow] = []
+    for rows in piece_rows(bucket, piece, skip_corrupt=skip_corrupt, stats=stats):
+        pending += rows
+        while len(pending) >= rows_per_batch:
+            head, pending = pending[:rows_per_batch], pending[rows_per_batch:]
+            yield batch(head)
+
+    if pending:
+        yield batch(pending)
