@@ -102,7 +102,7 @@ class SegmentInfo:
         original_size = r.varint()
         md5 = bytes(r.take(MD5_SIZE))
         # Equal sizes pack into zero bits, so the byte count cannot bound the chunk count; the size can.
-        sizes = decode_sizes(r, -(-original_size // MIN_CHUNK_SIZE))
+        sizes = decode_sizes(r, max(r.remaining(), -(-original_size // MIN_CHUNK_SIZE)))
         crcs: tuple[int, ...] = ()
         if flags & _F_CRC:
             raw = r.take(4 * len(sizes))
