@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tsproxy.format import (
+    MAX_CHUNK_SIZE,
     MIN_CHUNK_SIZE,
     TRAILER_SIZE,
     ChunkDecoder,
@@ -242,3 +243,15 @@ def test_rsa_wrapped_objects_read_back(rsa_ring: KeyRing) -> None:
     manifest, _ = open_object(stored, rsa_ring)
     assert manifest.kek_id == "test-rsa" and manifest.wrapped_dek is not None
     assert len(manifest.wrapped_dek) == 384
+
+
+def test_small_objects_do_not_pay_for_a_whole_chunk(ring: KeyRing) -> None:
+    cfg = TransformSettings(chunk_size=MAX_CHUNK_SIZE, compression="auto")
+    tracemalloc.start()
+    try:
+        stored = encode_object(b"a small index file" * 50, cfg, ring)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decode_object(stored, ring) == b"a small index file" * 50
+    assert peak < 2 * MIN_CHUNK_SIZE, f"peak {peak} bytes for a 900-byte object"
