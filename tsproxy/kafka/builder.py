@@ -38,6 +38,8 @@ _CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 
 def encode_varint(value: int, out: bytearray) -> None:
     """Append ``value`` as a zigzag varint (Kafka's varint and varlong alike)."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"{value} does not fit a varlong")
     raw = (value << 1) ^ (value >> 63)
     while raw >= 0x80:
         out.append((raw & 0x7F) | 0x80)

@@ -368,6 +368,10 @@ class _Walker:
         return self._scan(pos + 1)
 
     def _zero_tail(self, pos: int) -> bool:
+        # Twelve zero bytes or more cannot start a batch (its length would be 0), while a shorter run
+        # may be the start of a cut-off batch with a small base offset.
+        if self.end - pos < LOG_OVERHEAD:
+            return False
         rest = self.raw[pos:] if self.raw is not None else self.view[pos:].tobytes()
         return not rest.strip(b"\x00")
 
