@@ -15,11 +15,13 @@ and with `encryption_key` it is sealed with AES-256-GCM, the key bound in as ass
 An entry that fails its check (bit rot, a truncated file, a file swapped between keys, a different
 encryption key after a restart) is deleted, counted and reported as a miss; it is never served.
 
-Size: diskcache measures its volume as SQLite pages plus value file sizes. It culls only a few entries per
-`set`, so the cache is created with automatic culling off and culled in full after every put, which keeps
-the volume at or below `max_bytes` whenever no put is in progress (concurrent puts may overshoot by one
-entry each until they finish). Not counted: the SQLite write-ahead log (a few MiB at most) and file
-system block rounding.
+Size: diskcache measures its volume as SQLite pages plus value file sizes, and evicts in two ways: a
+`set` that finds the volume at its limit evicts up to `cull_limit` least recently used entries, and
+`cull()` evicts in batches of ten until the volume is under the limit. Batches of ten would empty a
+small cache at every put, so puts evict one entry each (cull_limit=1), which holds the bound while
+chunks are of similar size, and `cull()` runs only when a put still leaves the volume over the limit (a
+large chunk displacing a small one). The volume is at or below `max_bytes` whenever no put is in
+progress. Not counted: the SQLite write-ahead log (a few MiB at most) and file system block rounding.
 
 Every diskcache call runs in the executor passed in, never on the event loop.
 """
@@ -31,6 +33,7 @@ import logging
 import os
 import sqlite3
 import struct
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -114,9 +117,11 @@ class ChunkCache:
             str(self.directory),
             size_limit=max_bytes,
             eviction_policy="least-recently-used",
-            cull_limit=0,  # culled in full by put(), which also counts what it evicts
+            cull_limit=1,  # see the module docstring
             statistics=False,
         )
+        # Puts are serialised (SQLite allows one writer anyway) so the entry count tells what they evicted.
+        self._write_lock = threading.Lock()
         self._evictions = 0
         self._corrupt = 0
         self._volume = self._cache.volume()
@@ -188,10 +193,15 @@ class ChunkCache:
             crc = crc32c(data, crc32c(disk_key))
             pieces = _Pieces(_PLAIN_HEADER.pack(_KIND_PLAIN, len(data), crc), data)
         try:
-            # read=True: the value is a file-like, always stored as a file, never joined in memory.
-            self._cache.set(disk_key, pieces, read=True, retry=True)
-            evicted = self._cache.cull(retry=True)
-            self._volume = self._cache.volume()
+            with self._write_lock:
+                before = len(self._cache) + (disk_key not in self._cache)
+                # read=True: the value is a file-like, always stored as a file, never joined in memory.
+                self._cache.set(disk_key, pieces, read=True, retry=True)
+                self._volume = self._cache.volume()
+                if self._volume > self.max_bytes:
+                    self._cache.cull(retry=True)
+                    self._volume = self._cache.volume()
+                evicted = before - len(self._cache)
         except _STORAGE_ERRORS as e:
             log.warning("chunk cache write failed, chunk not cached: %s", e)
             return
@@ -274,8 +284,9 @@ class ChunkCache:
 
     def _delete_sync(self, disk_key: bytes) -> bool:
         try:
-            deleted = bool(self._cache.delete(disk_key, retry=True))
-            self._volume = self._cache.volume()
+            with self._write_lock:
+                deleted = bool(self._cache.delete(disk_key, retry=True))
+                self._volume = self._cache.volume()
         except _STORAGE_ERRORS as e:
             log.warning("chunk cache delete failed: %s", e)
             return False

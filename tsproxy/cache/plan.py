@@ -4,14 +4,13 @@ Backend requests cost far more than bytes (a round trip, a request charge, a slo
 pool), so missing chunks that lie next to each other in the stored object are fetched with one GET, and
 a short stretch of chunks that are not needed (cached, or already on the way) is downloaded and thrown
 away when that is cheaper than a second request: `max_gap_bytes` says how many bytes a request may
-carry that way. A run too large for one request is cut into nearly equal requests of at most
-`max_request_bytes`, which also lets them run in parallel; only a single chunk larger than that limit
-makes a request of its own beyond it.
+carry that way. A run too large for one request is cut into the fewest requests of at most
+`max_request_bytes`, sized as evenly as chunk boundaries allow, which also lets them run in parallel; only
+a single chunk larger than that limit makes a request of its own beyond it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,26 +80,33 @@ def _runs(chunks: Sequence[StoredExtent], missing: Sequence[bool], max_gap: int)
 
 
 def _split(chunks: Sequence[StoredExtent], run: list[int], max_size: int) -> list[FetchRequest]:
-    """Cut one run into the fewest nearly equal requests of at most max_size bytes (chunk granular)."""
-    out: list[FetchRequest] = []
-    run_end = _end(chunks[run[-1]])
+    """Cut one run into the fewest requests of at most max_size bytes, as even as chunk boundaries allow."""
+    pieces = _greedy(chunks, run, max_size)  # greedy cutting gives the fewest pieces
+    if len(pieces) > 1:
+        # The smallest cap that still needs no more pieces spreads the bytes evenly over them.
+        lo, hi = 1, max_size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(_greedy(chunks, run, mid)) <= len(pieces):
+                hi = mid
+            else:
+                lo = mid + 1
+        pieces = _greedy(chunks, run, lo)
+    return [
+        FetchRequest(chunks[run[a]].stored_offset, _end(chunks[run[b]]), tuple(run[a : b + 1]))
+        for a, b in pieces
+    ]
+
+
+def _greedy(chunks: Sequence[StoredExtent], run: list[int], cap: int) -> list[tuple[int, int]]:
+    """(first, last) positions in run of pieces filled up to cap bytes; a chunk over cap goes alone."""
+    pieces: list[tuple[int, int]] = []
     pos = 0
     while pos < len(run):
         start = chunks[run[pos]].stored_offset
-        pieces = math.ceil((run_end - start) / max_size)
-        if pieces <= 1:
-            last = len(run) - 1
-        else:
-            # End this piece at the chunk boundary nearest an equal share of what is left, within the limit.
-            ideal = start + (run_end - start) / pieces
-            last = pos
-            best = abs(_end(chunks[run[pos]]) - ideal)
-            for j in range(pos + 1, len(run)):
-                end = _end(chunks[run[j]])
-                if end - start > max_size:
-                    break
-                if abs(end - ideal) <= best:
-                    last, best = j, abs(end - ideal)
-        out.append(FetchRequest(start, _end(chunks[run[last]]), tuple(run[pos : last + 1])))
+        last = pos
+        while last + 1 < len(run) and _end(chunks[run[last + 1]]) - start <= cap:
+            last += 1
+        pieces.append((pos, last))
         pos = last + 1
-    return out
+    return pieces

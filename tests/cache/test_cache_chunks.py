@@ -1,0 +1,215 @@
+"""ChunkCache: persistence, self-checking entries, encryption at rest, the size bound and LRU eviction."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tsproxy.cache.chunks import ChunkCache, ChunkKey
+from tsproxy.metrics import Metrics
+
+KIB = 1024
+OID_A = bytes(range(16))
+OID_B = bytes(range(1, 17))
+
+
+def key(chunk_no: int, object_id: bytes = OID_A, segment_no: int = 1) -> ChunkKey:
+    return ChunkKey(object_id, segment_no, chunk_no)
+
+
+def payload(n: int, size: int = 256 * KIB) -> bytes:
+    return (n.to_bytes(4, "big") * (size // 4 + 1))[:size]
+
+
+def value_files(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.val"))
+
+
+def only_value_file(directory: Path) -> Path:
+    files = value_files(directory)
+    assert len(files) == 1
+    return files[0]
+
+
+async def test_put_get_and_miss(cache: ChunkCache) -> None:
+    assert await cache.get(key(0)) is None
+    await cache.put(key(0), payload(0))
+    assert bytes(await cache.get(key(0)) or b"") == payload(0)
+    assert await cache.contains(key(0))
+    assert not await cache.contains(key(1))
+    assert await cache.contains_many([key(0), key(1)]) == [True, False]
+    assert cache.size_bytes() >= len(payload(0))
+
+
+async def test_keys_separate_objects_segments_and_chunks(cache: ChunkCache) -> None:
+    keys = [key(0), key(1), key(0, OID_B), key(0, segment_no=2)]
+    for n, k in enumerate(keys):
+        await cache.put(k, payload(n))
+    for n, k in enumerate(keys):
+        assert bytes(await cache.get(k) or b"") == payload(n)
+
+
+async def test_small_and_empty_payloads(cache: ChunkCache) -> None:
+    await cache.put(key(0), b"x")
+    await cache.put(key(1), b"")
+    assert bytes(await cache.get(key(0)) or b"?") == b"x"
+    got = await cache.get(key(1))
+    assert got is not None and bytes(got) == b""
+
+
+async def test_restart_keeps_entries(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    first = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    await first.put(key(0), payload(0))
+    first.close()
+    second = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    try:
+        assert bytes(await second.get(key(0)) or b"") == payload(0)
+        assert second.size_bytes() >= len(payload(0))
+    finally:
+        second.close()
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_flipped_byte_is_deleted_counted_and_a_miss(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, encrypted: bool
+) -> None:
+    metrics = Metrics()
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, metrics=metrics,
+                   encryption_key=os.urandom(32) if encrypted else None)  # fmt: skip
+    try:
+        await c.put(key(0), payload(0))
+        path = only_value_file(cache_dir)
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        path.write_bytes(raw)
+        assert await c.get(key(0)) is None
+        assert c.corrupt == 1
+        assert metrics.cache_corrupt._value.get() == 1
+        assert not await c.contains(key(0))  # deleted, so the next read refetches and re-puts
+        assert value_files(cache_dir) == []
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("keep", [0, 1, 8, 256 * KIB])
+async def test_truncated_entry_is_a_miss(cache: ChunkCache, cache_dir: Path, keep: int) -> None:
+    await cache.put(key(0), payload(0))
+    path = only_value_file(cache_dir)
+    with path.open("r+b") as f:
+        f.truncate(keep)
+    assert await cache.get(key(0)) is None
+    assert cache.corrupt == 1
+
+
+async def test_vanished_file_is_a_miss(cache: ChunkCache, cache_dir: Path) -> None:
+    await cache.put(key(0), payload(0))
+    only_value_file(cache_dir).unlink()
+    assert await cache.get(key(0)) is None
+    await cache.put(key(0), payload(1))  # the stale row is replaced cleanly
+    assert bytes(await cache.get(key(0)) or b"") == payload(1)
+
+
+async def test_entries_swapped_between_keys_are_refused(cache: ChunkCache, cache_dir: Path) -> None:
+    # The checksum covers the key, so a value file that ends up under another key is not served.
+    await cache.put(key(0), payload(0))
+    first = set(value_files(cache_dir))
+    await cache.put(key(1), payload(1))
+    (second,) = set(value_files(cache_dir)) - first
+    (one,) = first
+    a, b = one.read_bytes(), second.read_bytes()
+    one.write_bytes(b)
+    second.write_bytes(a)
+    assert await cache.get(key(0)) is None
+    assert await cache.get(key(1)) is None
+    assert cache.corrupt == 2
+
+
+async def test_encryption_at_rest(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    secret = b"kafka record payload " * 20000
+    k = os.urandom(32)
+    c = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
+    await c.put(key(0), secret)
+    c.close()
+    on_disk = only_value_file(cache_dir).read_bytes()
+    assert b"kafka record payload" not in on_disk
+    # The same key after a restart reads it back ...
+    again = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
+    assert bytes(await again.get(key(0)) or b"") == secret
+    again.close()
+    # ... another key, or no key at all, sees a miss, never ciphertext.
+    for other in (os.urandom(32), None):
+        c = ChunkCache(cache_dir, 64 << 20, encryption_key=other, executor=io_executor)
+        await c.put(key(1), payload(1))
+        if other is None:
+            # and a plain entry is no use to an encrypting cache either
+            await c.put(key(2), payload(2))
+        assert await c.get(key(0)) is None
+        c.close()
+    c = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
+    assert await c.get(key(2)) is None
+    c.close()
+
+
+def test_bad_arguments(cache_dir: Path) -> None:
+    with pytest.raises(ValueError):
+        ChunkCache(cache_dir, 0)
+    with pytest.raises(ValueError):
+        ChunkCache(cache_dir, 1 << 20, encryption_key=b"short")
+
+
+async def test_eviction_keeps_the_size_bound(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    metrics = Metrics()
+    limit = 2 << 20
+    c = ChunkCache(cache_dir, limit, executor=io_executor, metrics=metrics)
+    try:
+        for n in range(40):  # 10 MiB through a 2 MiB cache
+            await c.put(key(n), payload(n))
+            assert c.size_bytes() <= limit
+            assert sum(p.stat().st_size for p in value_files(cache_dir)) <= limit
+        assert c.evictions >= 40 - limit // (256 * KIB)
+        assert metrics.cache_evictions._value.get() == c.evictions
+        assert metrics.cache_size._value.get() == c.size_bytes()
+        # The newest entries survive, the oldest went first.
+        assert bytes(await c.get(key(39)) or b"") == payload(39)
+        assert await c.get(key(0)) is None
+    finally:
+        c.close()
+
+
+async def test_eviction_is_least_recently_used(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    c = ChunkCache(cache_dir, 2 << 20, executor=io_executor)
+    try:
+        for n in range(4):
+            await c.put(key(n), payload(n))
+        await c.get(key(0))  # chunk 0 is now the most recently used
+        for n in range(4, 12):
+            await c.put(key(n), payload(n))
+            await c.get(key(0))
+        assert await c.get(key(0)) is not None
+        assert await c.get(key(1)) is None
+        assert c.evictions > 0
+    finally:
+        c.close()
+
+
+async def test_restart_with_a_smaller_limit_shrinks(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    c = ChunkCache(cache_dir, 16 << 20, executor=io_executor)
+    for n in range(16):
+        await c.put(key(n), payload(n))
+    c.close()
+    small = ChunkCache(cache_dir, 1 << 20, executor=io_executor)
+    try:
+        assert small.size_bytes() <= 1 << 20
+        assert small.evictions > 0
+    finally:
+        small.close()
+
+
+async def test_delete(cache: ChunkCache) -> None:
+    await cache.put(key(0), payload(0))
+    assert await cache.delete(key(0))
+    assert not await cache.delete(key(0))
+    assert await cache.get(key(0)) is None

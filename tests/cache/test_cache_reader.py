@@ -1,0 +1,538 @@
+"""ChunkReader over real stored objects (tsproxy.format) and an in-process fetch that counts its calls."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import tempfile
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from cache_helpers import KIB, MIB, CountingFetch, StoredObject, make_object, random_data, text_data
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tsproxy import errors
+from tsproxy.cache.chunks import ChunkCache, ChunkKey
+from tsproxy.cache.reader import ChunkReader
+from tsproxy.format import KeyRing
+from tsproxy.metrics import Metrics
+
+
+async def read_all(
+    reader: ChunkReader, obj: StoredObject, fetch: CountingFetch, first: int, last: int
+) -> bytes:
+    return b"".join([piece async for piece in reader.read(obj.manifest, obj.ctx, fetch, first, last)])
+
+
+def chunk_key(obj: StoredObject, i: int) -> ChunkKey:
+    ref = obj.manifest.index.chunk(i)
+    return ChunkKey(obj.manifest.object_id, ref.segment_no, ref.chunk_no)
+
+
+async def settle(reader: ChunkReader) -> None:
+    """Let background downloads finish (they are tasks of the reader)."""
+    while reader._tasks:
+        await asyncio.gather(*list(reader._tasks), return_exceptions=True)
+
+
+def value_files(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.val"))
+
+
+# -- every byte range ----------------------------------------------------------------------------------
+
+_RING = KeyRing.new(key_id="reader-hypothesis")
+OBJECTS = [
+    # plain, small chunks, odd size
+    make_object(random_data(700 * KIB + 13, seed=1), chunk_size=64 * KIB),
+    # encrypted and compressed, three segments (a multipart upload), short last chunks in each
+    make_object(
+        text_data(900 * KIB + 7, seed=2),
+        chunk_size=64 * KIB,
+        compression="on",
+        ring=_RING,
+        segment_sizes=[300 * KIB + 1, 64 * KIB, 536 * KIB + 6],
+    ),
+    # encrypted, compression auto on a mix: some chunks stored raw, some compressed
+    make_object(
+        random_data(200 * KIB, seed=3) + text_data(300 * KIB, seed=4),
+        chunk_size=64 * KIB,
+        compression="auto",
+        ring=_RING,
+    ),
+    # a one-byte object
+    make_object(b"x", chunk_size=64 * KIB, ring=_RING),
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, len(OBJECTS) - 1),
+    start=st.floats(0, 1),
+    length=st.integers(1, 400 * KIB),
+    cached=st.booleans(),
+    second=st.floats(0, 1),
+)
+def test_every_range_equals_the_original(
+    which: int, start: float, length: int, cached: bool, second: float
+) -> None:
+    obj = OBJECTS[which]
+    size = len(obj.data)
+    first = min(size - 1, int(start * size))
+    last = min(size - 1, first + length - 1)
+    other = min(size - 1, int(second * size))
+
+    async def scenario(directory: str) -> None:
+        with ThreadPoolExecutor(2) as pool:
+            cache = ChunkCache(directory, 4 * MIB, executor=pool) if cached else None
+            reader = ChunkReader(cache, pool, prefetch_bytes=256 * KIB, max_request_bytes=128 * KIB,
+                                 max_gap_bytes=64 * KIB)  # fmt: skip
+            fetch = CountingFetch(obj)
+            try:
+                assert await read_all(reader, obj, fetch, first, last) == obj.data[first : last + 1]
+                # again (warm, or joining what the first read left in flight), then a second range
+                assert await read_all(reader, obj, fetch, first, last) == obj.data[first : last + 1]
+                assert await read_all(reader, obj, fetch, other, size - 1) == obj.data[other:]
+            finally:
+                await reader.close()
+                if cache is not None:
+                    cache.close()
+
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(scenario(directory))
+
+
+async def test_out_of_range_is_invalid_range(executor: ThreadPoolExecutor) -> None:
+    obj = OBJECTS[0]
+    reader = ChunkReader(None, executor)
+    for first, last in [(0, len(obj.data)), (-1, 3), (5, 4)]:
+        with pytest.raises(errors.InvalidRange):
+            await read_all(reader, obj, CountingFetch(obj), first, last)
+
+
+# -- the cache -----------------------------------------------------------------------------------------
+
+
+async def test_warm_reads_make_no_backend_requests(cache: ChunkCache, executor: ThreadPoolExecutor) -> None:
+    obj = make_object(random_data(3 * MIB), chunk_size=256 * KIB)
+    reader = ChunkReader(cache, executor)
+    fetch = CountingFetch(obj)
+    assert await read_all(reader, obj, fetch, 0, len(obj.data) - 1) == obj.data
+    await settle(reader)
+    cold = len(fetch.calls)
+    assert cold >= 1
+    for first, last in [(0, len(obj.data) - 1), (100, 200), (MIB - 1, 2 * MIB + 1)]:
+        assert await read_all(reader, obj, fetch, first, last) == obj.data[first : last + 1]
+    assert len(fetch.calls) == cold
+    await reader.close()
+
+
+async def test_a_restart_keeps_the_cache(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, executor: ThreadPoolExecutor, ring: KeyRing
+) -> None:
+    obj = make_object(text_data(2 * MIB), chunk_size=256 * KIB, compression="on", ring=ring)
+    key = bytes(range(32))
+    first_cache = ChunkCache(cache_dir, 64 * MIB, encryption_key=key, executor=io_executor)
+    reader = ChunkReader(first_cache, executor)
+    fetch = CountingFetch(obj)
+    assert await read_all(reader, obj, fetch, 0, len(obj.data) - 1) == obj.data
+    await settle(reader)
+    await reader.close()
+    first_cache.close()
+    # A new process: a new cache on the same directory with the same key, a new reader.
+    second_cache = ChunkCache(cache_dir, 64 * MIB, encryption_key=key, executor=io_executor)
+    reader = ChunkReader(second_cache, executor)
+    again = CountingFetch(obj)
+    assert await read_all(reader, obj, again, 0, len(obj.data) - 1) == obj.data
+    assert again.calls == []
+    await reader.close()
+    second_cache.close()
+
+
+async def test_an_overwrite_or_delete_never_serves_stale_bytes(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing
+) -> None:
+    reader = ChunkReader(cache, executor)
+    size = MIB
+    old = make_object(random_data(size, seed=10), chunk_size=64 * KIB, ring=ring)
+    fetch_old = CountingFetch(old)
+    assert await read_all(reader, old, fetch_old, 0, size - 1) == old.data
+    await settle(reader)
+    # The same key is overwritten: same size and chunk layout, other bytes, a new object version.
+    new = make_object(random_data(size, seed=11), chunk_size=64 * KIB, ring=ring)
+    assert new.manifest.object_id != old.manifest.object_id
+    fetch_new = CountingFetch(new)
+    assert await read_all(reader, new, fetch_new, 0, size - 1) == new.data
+    assert fetch_new.bytes_fetched == len(new.stored)  # nothing came from the old version's entries
+    # Deleted, then written again with the very same bytes: still a new version, fetched afresh.
+    again = make_object(old.data, chunk_size=64 * KIB, ring=ring)
+    fetch_again = CountingFetch(again)
+    assert await read_all(reader, again, fetch_again, 0, size - 1) == old.data
+    assert fetch_again.bytes_fetched == len(again.stored)
+    await reader.close()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+async def test_a_corrupt_entry_is_refetched(
+    cache: ChunkCache, cache_dir: Path, executor: ThreadPoolExecutor, damage: str
+) -> None:
+    obj = make_object(random_data(256 * KIB), chunk_size=64 * KIB)
+    reader = ChunkReader(cache, executor)
+    fetch = CountingFetch(obj)
+    assert await read_all(reader, obj, fetch, 70 * KIB, 80 * KIB) == obj.data[70 * KIB : 80 * KIB + 1]
+    await settle(reader)
+    (path,) = value_files(cache_dir)  # only chunk 1 was needed
+    raw = bytearray(path.read_bytes())
+    if damage == "flip":
+        raw[-1] ^= 0x80
+    else:
+        del raw[len(raw) // 2 :]
+    path.write_bytes(raw)
+    calls = len(fetch.calls)
+    assert await read_all(reader, obj, fetch, 64 * KIB, 128 * KIB - 1) == obj.data[64 * KIB : 128 * KIB]
+    assert len(fetch.calls) == calls + 1
+    assert cache.corrupt == 1
+    await settle(reader)
+    # The refetched chunk went back into the cache, good this time.
+    assert await read_all(reader, obj, fetch, 64 * KIB, 65 * KIB) == obj.data[64 * KIB : 65 * KIB + 1]
+    assert len(fetch.calls) == calls + 1
+    await reader.close()
+
+
+async def test_eviction_keeps_the_bound_while_reading(
+    io_executor: ThreadPoolExecutor, executor: ThreadPoolExecutor, tmp_path: Path
+) -> None:
+    limit = 2 * MIB
+    cache = ChunkCache(tmp_path / "small", limit, executor=io_executor)
+    obj = make_object(random_data(8 * MIB), chunk_size=256 * KIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=MIB)
+    fetch = CountingFetch(obj)
+    for first in range(0, len(obj.data), 512 * KIB):
+        assert (
+            await read_all(reader, obj, fetch, first, first + 512 * KIB - 1)
+            == obj.data[first : first + 512 * KIB]
+        )
+        await settle(reader)
+        assert cache.size_bytes() <= limit
+        assert sum(p.stat().st_size for p in value_files(tmp_path / "small")) <= limit
+    assert cache.evictions > 0
+    await reader.close()
+    cache.close()
+
+
+# -- sharing and coalescing ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+async def test_concurrent_readers_share_one_fetch_per_chunk(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing, use_cache: bool
+) -> None:
+    obj = make_object(random_data(2 * MIB), chunk_size=128 * KIB, ring=ring)
+    metrics = Metrics()
+    reader = ChunkReader(cache if use_cache else None, executor, prefetch_bytes=MIB, metrics=metrics)
+    gate = asyncio.Event()
+    fetch = CountingFetch(obj, gate=gate)
+    first, last = 100 * KIB, MIB + 5
+    readers = [asyncio.create_task(read_all(reader, obj, fetch, first, last)) for _ in range(8)]
+    await asyncio.sleep(0.05)  # let them all queue up on the closed gate
+    gate.set()
+    assert await asyncio.gather(*readers) == [obj.data[first : last + 1]] * 8
+    await settle(reader)
+    # Each stored byte of the range went over the wire once, whatever the number of readers.
+    span = obj.manifest.index.span(first, last)
+    assert sorted(fetch.calls)[0][0] == span.stored_start
+    covered = sorted(fetch.calls)
+    for (_, end), (start, _) in itertools.pairwise(covered):
+        assert end <= start
+    assert (
+        sum(e - s for s, e in covered)
+        <= span.stored_end - span.stored_start + obj.manifest.index.chunk(0).stored_len
+    )
+    assert reader.joins > 0
+    assert metrics.singleflight_joins._value.get() == reader.joins
+    await reader.close()
+
+
+async def test_a_missing_run_is_one_request(executor: ThreadPoolExecutor) -> None:
+    obj = make_object(random_data(4 * MIB), chunk_size=256 * KIB)
+    reader = ChunkReader(None, executor, prefetch_bytes=0)
+    fetch = CountingFetch(obj)
+    # 1 MiB crossing chunk boundaries: five chunks, one GET.
+    first = 3 * 256 * KIB - 100
+    assert await read_all(reader, obj, fetch, first, first + MIB - 1) == obj.data[first : first + MIB]
+    assert len(fetch.calls) == 1
+    await reader.close()
+
+
+async def test_cold_sequential_scan_fetches_big_windows(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing
+) -> None:
+    # Kafka catching up: 1 MiB fetches one after another over a 64 MiB segment of 4 MiB chunks.
+    obj = make_object(random_data(64 * MIB), chunk_size=4 * MIB, ring=ring)
+    reader = ChunkReader(cache, executor, prefetch_bytes=16 * MIB)
+    fetch = CountingFetch(obj)
+    for first in range(0, 64 * MIB, MIB):
+        assert await read_all(reader, obj, fetch, first, first + MIB - 1) == obj.data[first : first + MIB]
+    await settle(reader)
+    assert len(fetch.calls) / 64 <= 0.1
+    assert fetch.bytes_fetched == len(obj.stored)  # every chunk exactly once
+    assert reader.policy.issued > 0 and reader.policy.used == reader.policy.issued
+    await reader.close()
+
+
+async def test_chunk_at_a_time_reads_are_prefetched(cache: ChunkCache, executor: ThreadPoolExecutor) -> None:
+    # The Aiven plugin: one ranged GET per 4 MiB chunk, each starting where the last ended.
+    obj = make_object(random_data(64 * MIB), chunk_size=4 * MIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=16 * MIB)
+    fetch = CountingFetch(obj)
+    for first in range(0, 64 * MIB, 4 * MIB):
+        assert (
+            await read_all(reader, obj, fetch, first, first + 4 * MIB - 1)
+            == obj.data[first : first + 4 * MIB]
+        )
+    await settle(reader)
+    assert len(fetch.calls) / 64 <= 0.1
+    assert fetch.bytes_fetched == len(obj.stored)
+    await reader.close()
+
+
+async def test_long_reads_dropped_early_are_continued(
+    cache: ChunkCache, executor: ThreadPoolExecutor
+) -> None:
+    # Kafka's other way: a GET from a position to the end, about 1 MiB consumed, the stream closed.
+    obj = make_object(random_data(64 * MIB), chunk_size=4 * MIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=16 * MIB)
+    fetch = CountingFetch(obj)
+    position = 0
+    while position < len(obj.data):
+        got = bytearray()
+        stream = reader.read(obj.manifest, obj.ctx, fetch, position, len(obj.data) - 1)
+        async for piece in stream:
+            got += piece
+            if len(got) >= MIB:
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        take = min(MIB, len(got))
+        assert bytes(got[:take]) == obj.data[position : position + take]
+        position += take
+    await settle(reader)
+    assert len(fetch.calls) / 64 <= 0.1
+    await reader.close()
+
+
+async def test_prefetch_stops_at_the_object_end(cache: ChunkCache, executor: ThreadPoolExecutor) -> None:
+    obj = make_object(random_data(10 * MIB + 5), chunk_size=MIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=16 * MIB)
+    fetch = CountingFetch(obj)
+    for first in range(0, len(obj.data), MIB // 2):
+        last = min(len(obj.data), first + MIB // 2) - 1
+        assert await read_all(reader, obj, fetch, first, last) == obj.data[first : last + 1]
+    await settle(reader)
+    assert max(end for _, end in fetch.calls) == len(obj.stored)
+    assert fetch.bytes_fetched == len(obj.stored)
+    assert reader.policy.issued <= len(obj.manifest.index)
+    # Reading the end again fetches nothing and schedules nothing.
+    calls = len(fetch.calls)
+    assert await read_all(reader, obj, fetch, len(obj.data) - 10, len(obj.data) - 1) == obj.data[-10:]
+    await settle(reader)
+    assert len(fetch.calls) == calls
+    await reader.close()
+
+
+async def test_random_reads_do_not_prefetch_past_their_range(
+    cache: ChunkCache, executor: ThreadPoolExecutor
+) -> None:
+    obj = make_object(random_data(32 * MIB), chunk_size=MIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=16 * MIB)
+    fetch = CountingFetch(obj)
+    for first in (20 * MIB, 3 * MIB, 27 * MIB, 11 * MIB):
+        assert await read_all(reader, obj, fetch, first, first + 1000) == obj.data[first : first + 1001]
+    await settle(reader)
+    assert fetch.bytes_fetched == 4 * obj.manifest.index.chunk(0).stored_len
+    await reader.close()
+
+
+# -- failures ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encrypted", [True, False])
+async def test_tampered_stored_data_is_an_integrity_error(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing, encrypted: bool
+) -> None:
+    obj = make_object(random_data(MIB), chunk_size=128 * KIB, ring=ring if encrypted else None)
+    bad = 3
+    ref = obj.manifest.index.chunk(bad)
+    obj.stored[ref.stored_offset + 10] ^= 0x01
+    metrics = Metrics()
+    reader = ChunkReader(cache, executor, metrics=metrics)
+    fetch = CountingFetch(obj)
+    got = bytearray()
+    with pytest.raises(errors.IntegrityError):
+        async for piece in reader.read(obj.manifest, obj.ctx, fetch, 0, len(obj.data) - 1):
+            got += piece
+    assert bytes(got) == obj.data[: ref.original_offset]  # good bytes up to the bad chunk, then the error
+    await settle(reader)
+    assert not await cache.contains(chunk_key(obj, bad))
+    assert await cache.contains(chunk_key(obj, bad + 1))  # its neighbours are fine
+    assert metrics.integrity_errors._value.get() >= 1
+    # Every reader of the bad chunk gets the error, every time; the others are served.
+    results = await asyncio.gather(
+        *(read_all(reader, obj, fetch, ref.original_offset, ref.original_offset + 5) for _ in range(4)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, errors.IntegrityError) for r in results)
+    assert await read_all(reader, obj, fetch, 0, 1000) == obj.data[:1001]
+    await reader.close()
+
+
+async def test_a_fetch_error_reaches_every_waiter_and_is_not_remembered(
+    cache: ChunkCache, executor: ThreadPoolExecutor
+) -> None:
+    obj = make_object(random_data(MIB), chunk_size=128 * KIB)
+    reader = ChunkReader(cache, executor)
+    gate = asyncio.Event()
+    fetch = CountingFetch(obj, gate=gate, fail=errors.ServiceUnavailable("backend down"))
+    readers = [asyncio.create_task(read_all(reader, obj, fetch, 0, 300 * KIB)) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    results = await asyncio.gather(*readers, return_exceptions=True)
+    assert all(isinstance(r, errors.ServiceUnavailable) for r in results)
+    await settle(reader)
+    fetch.fail = None
+    assert await read_all(reader, obj, fetch, 0, 300 * KIB) == obj.data[: 300 * KIB + 1]
+    await reader.close()
+
+
+async def test_a_short_backend_answer_is_an_error(executor: ThreadPoolExecutor) -> None:
+    obj = make_object(random_data(MIB), chunk_size=128 * KIB)
+
+    async def short(start: int, end: int) -> bytes:
+        return bytes(obj.stored[start : end - 1])
+
+    reader = ChunkReader(None, executor)
+    with pytest.raises(errors.IntegrityError):
+        async for _ in reader.read(obj.manifest, obj.ctx, short, 0, 1000):
+            pass
+    await reader.close()
+
+
+async def test_a_reader_hanging_up_does_not_fail_the_others(
+    cache: ChunkCache, executor: ThreadPoolExecutor
+) -> None:
+    obj = make_object(random_data(2 * MIB), chunk_size=256 * KIB)
+    reader = ChunkReader(cache, executor)
+    gate = asyncio.Event()
+    fetch = CountingFetch(obj, gate=gate)
+    leaver = asyncio.create_task(read_all(reader, obj, fetch, 0, MIB))
+    await asyncio.sleep(0.02)
+    stayer = asyncio.create_task(read_all(reader, obj, fetch, 0, MIB))
+    await asyncio.sleep(0.02)
+    leaver.cancel()  # the first reader, whose request started the download, goes away
+    await asyncio.sleep(0.02)
+    gate.set()
+    assert await stayer == obj.data[: MIB + 1]
+    with pytest.raises(asyncio.CancelledError):
+        await leaver
+    await settle(reader)
+    assert fetch.bytes_fetched == obj.manifest.index.span(0, MIB).stored_end  # downloaded once
+    await reader.close()
+
+
+async def test_close_cancels_downloads(cache: ChunkCache, executor: ThreadPoolExecutor) -> None:
+    obj = make_object(random_data(8 * MIB), chunk_size=MIB)
+    reader = ChunkReader(cache, executor)
+    gate = asyncio.Event()  # never opened: downloads hang until cancelled
+    fetch = CountingFetch(obj, gate=gate)
+    pending = asyncio.create_task(read_all(reader, obj, fetch, 0, len(obj.data) - 1))
+    await asyncio.sleep(0.05)
+    assert reader._tasks
+    await reader.close()
+    assert not reader._tasks
+    with pytest.raises(errors.ServiceUnavailable):
+        await pending
+    with pytest.raises(errors.ServiceUnavailable):
+        await read_all(reader, obj, fetch, 0, 10)
+
+
+# -- resources and metrics -----------------------------------------------------------------------------
+
+
+async def test_memory_stays_within_a_window(executor: ThreadPoolExecutor) -> None:
+    # One long read of a 64 MiB object without a disk cache, consumed slowly: memory is a window or two
+    # of chunks, never the whole range.
+    obj = make_object(random_data(64 * MIB), chunk_size=MIB)
+    reader = ChunkReader(None, executor, prefetch_bytes=8 * MIB, max_request_bytes=8 * MIB)
+    fetch = CountingFetch(obj)
+    tracemalloc.start()
+    try:
+        total = 0
+        async for piece in reader.read(obj.manifest, obj.ctx, fetch, 0, len(obj.data) - 1):
+            assert piece == obj.data[total : total + len(piece)]
+            total += len(piece)
+            await asyncio.sleep(0.001)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total == len(obj.data)
+    assert peak < 40 * MIB
+    await reader.close()
+
+
+async def test_metrics(cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing) -> None:
+    obj = make_object(text_data(2 * MIB), chunk_size=256 * KIB, compression="on", ring=ring)
+    metrics = Metrics()
+    reader = ChunkReader(cache, executor, prefetch_bytes=MIB, metrics=metrics)
+    fetch = CountingFetch(obj)
+    for first in range(0, 2 * MIB, 256 * KIB):
+        await read_all(reader, obj, fetch, first, first + 256 * KIB - 1)
+    await settle(reader)
+    await read_all(reader, obj, fetch, 0, 2 * MIB - 1)
+
+    def value(counter: object, *labels: str) -> float:
+        return counter.labels(*labels)._value.get()  # type: ignore[attr-defined]
+
+    chunks = len(obj.manifest.index)
+    assert value(metrics.cache_requests, "hit") + value(metrics.cache_requests, "miss") == 2 * chunks
+    assert value(metrics.cache_requests, "hit") >= chunks
+    assert value(metrics.cache_bytes, "hit") + value(metrics.cache_bytes, "miss") == 2 * len(obj.data)
+    assert value(metrics.transform_cpu_seconds, "read") > 0
+    assert value(metrics.prefetch_chunks, "issued") == reader.policy.issued > 0
+    assert value(metrics.prefetch_chunks, "used") == reader.policy.used
+    await reader.close()
+    assert value(metrics.prefetch_chunks, "wasted") == reader.policy.issued - reader.policy.used
+
+
+# -- many readers at once ------------------------------------------------------------------------------
+
+
+async def test_many_concurrent_random_readers_with_a_small_cache(
+    tmp_path: Path, io_executor: ThreadPoolExecutor, executor: ThreadPoolExecutor, ring: KeyRing
+) -> None:
+    objs = [
+        make_object(random_data(3 * MIB, seed=s), chunk_size=128 * KIB, ring=ring, compression="auto")
+        for s in range(3)
+    ]
+    cache = ChunkCache(
+        tmp_path / "c", MIB, executor=io_executor
+    )  # far smaller than the data: constant eviction
+    reader = ChunkReader(cache, executor, prefetch_bytes=512 * KIB, max_request_bytes=256 * KIB)
+    fetches = [CountingFetch(o, delay=0.001) for o in objs]
+    rnd = random.Random(7)
+
+    async def client(n: int) -> None:
+        for _ in range(15):
+            k = rnd.randrange(len(objs))
+            size = len(objs[k].data)
+            first = rnd.randrange(size)
+            last = min(size - 1, first + rnd.randrange(1, 700 * KIB))
+            assert await read_all(reader, objs[k], fetches[k], first, last) == objs[k].data[first : last + 1]
+
+    await asyncio.gather(*(client(n) for n in range(12)))
+    await settle(reader)
+    assert cache.size_bytes() <= MIB
+    await reader.close()
+    cache.close()
