@@ -1,0 +1,135 @@
+"""Planning on the driver, pure: listed keys, how they are spread over partitions, multipart leftovers.
+
+The driver lists a bucket once; everything here works on that listing without further requests.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+INTERNAL = ".tsproxy/"
+UPLOADS = INTERNAL + "mpu/"
+# A fixed per-object cost, in bytes-equivalent, so that many small objects weigh as much as their
+# requests cost and not only as much as their bytes.
+OBJECT_WEIGHT = 1 << 20
+
+
+class Listed(NamedTuple):
+    """One object of the listing: backend key, stored size, backend ETag, last modified (epoch seconds)."""
+
+    key: str
+    size: int
+    etag: str
+    modified: float
+
+
+def default_weight(item: Listed) -> int:
+    """Work of an object for jobs that read it all: its bytes plus a per-request share."""
+    return OBJECT_WEIGHT + item.size
+
+
+def partition_count(objects: int, slots: int, requested: int = 0, per_partition: int = 2000) -> int:
+    """How many partitions to cut a listing into.
+
+    Enough for every slot to have several (stragglers even out, progress moves in small steps) and
+    for no partition to hold more than about `per_partition` objects; never more than there are objects.
+    """
+    if objects <= 0:
+        return 1
+    n = requested if requested > 0 else max(4 * max(slots, 1), -(-objects // per_partition))
+    return max(1, min(n, objects))
+
+
+def spread(items: Sequence[T], partitions: int, weight: Callable[[T], int]) -> list[list[T]]:
+    """Cut items, in order, into at most `partitions` non-empty contiguous runs of about equal weight.
+
+    Listing order is kept so neighbouring keys (one topic partition's segments) stay together. An item
+    goes to the run its weight's midpoint falls in; cuts are then nudged so that no run is empty.
+    """
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    if not items:
+        return [[]]
+    n = min(partitions, len(items))
+    weights = [max(0, weight(i)) for i in items]
+    if not sum(weights):
+        weights = [1] * len(items)
+    mids = [c - w / 2 for c, w in zip(accumulate(weights), weights, strict=True)]
+    total = sum(weights)
+    cuts = [0]
+    for r in range(1, n):
+        cut = bisect.bisect_left(mids, total * r / n)
+        cut = min(max(cut, cuts[-1] + 1), len(items) - (n - r))
+        cuts.append(cut)
+    cuts.append(len(items))
+    return [list(items[a:b]) for a, b in itertools.pairwise(cuts)]
+
+
+def internal_part(key: str, root: str) -> str | None:
+    """The part of a backend key inside the internal prefix (`.tsproxy/...`) of a bucket root, or None."""
+    if not key.startswith(root):
+        return None
+    rest = key[len(root) :]
+    return rest[len(INTERNAL) :] if rest.startswith(INTERNAL) else None
+
+
+@dataclass(frozen=True)
+class UploadLeftover:
+    """What a tsproxy multipart upload left in the backend under `.tsproxy/mpu/<upload_id>/`."""
+
+    upload_id: str
+    prefix: str  # backend key prefix holding it
+    objects: int
+    bytes: int
+    newest: float  # last write, epoch seconds
+    has_state: bool
+    keys: tuple[str, ...]
+
+    def stale(self, now: float, stale_after: float) -> bool:
+        """No write for `stale_after` seconds (or parts without the upload's state: never completable)."""
+        return not self.has_state or now - self.newest >= stale_after
+
+
+def find_uploads(items: Iterable[Listed], root: str) -> list[UploadLeftover]:
+    """Group the internal multipart objects of one bucket root by upload id."""
+    groups: dict[str, list[Listed]] = {}
+    for item in items:
+        rest = internal_part(item.key, root)
+        if rest is None or not rest.startswith("mpu/"):
+            continue
+        upload_id, sep, _ = rest[len("mpu/") :].partition("/")
+        if upload_id and sep:
+            groups.setdefault(upload_id, []).append(item)
+    out = []
+    for upload_id, members in sorted(groups.items()):
+        out.append(
+            UploadLeftover(
+                upload_id=upload_id, prefix=f"{root}{UPLOADS}{upload_id}/", objects=len(members),
+                bytes=sum(m.size for m in members), newest=max(m.modified for m in members),
+                has_state=any(m.key.endswith("/state") for m in members), keys=tuple(m.key for m in members),
+            )
+        )  # fmt: skip
+    return out
+
+
+def prefix_of(key: str, depth: int) -> str:
+    """The first `depth` path levels of a key, with their slash ("a/b/" of "a/b/c/d" at depth 2).
+
+    Keys with fewer levels give everything up to their last slash ("" for a key without one).
+    """
+    if depth <= 0:
+        return ""
+    end = -1
+    for _ in range(depth):
+        nxt = key.find("/", end + 1)
+        if nxt < 0:
+            break
+        end = nxt
+    return key[: end + 1]
