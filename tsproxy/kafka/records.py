@@ -169,6 +169,8 @@ def iter_batches(
     range: it is added to every reported position. With ``allow_partial_tail`` a batch cut off by the
     end of the data ends the walk quietly (a ranged read), unless an intact batch follows it, which
     proves its length field wrong. ``verify_crc=False`` skips the CRC-32C check of each batch.
+    ``skip_corrupt`` counts each damaged stretch in ``stats.corrupt_batches`` and goes on at the next
+    intact batch instead of raising CorruptRecordError.
     """
     walker = _Walker(segment, object_name, base_position, verify_crc, skip_corrupt, allow_partial_tail, stats)
     return walker.walk(start_position)
