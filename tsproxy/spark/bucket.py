@@ -111,7 +111,7 @@ class Bucket:
             args: dict[str, Any] = {"Bucket": self.options.bucket, "Prefix": prefix, "MaxKeys": 1000}
             if token:
                 args["ContinuationToken"] = token
-            page = self._call(f"s3://{self.options.bucket}/{prefix}", self.client.list_objects_v2, **args)
+            page = self.call(f"s3://{self.options.bucket}/{prefix}", self.client.list_objects_v2, **args)
             for item in page.get("Contents", ()):
                 yield item["Key"], int(item["Size"])
             if not page.get("IsTruncated"):
@@ -152,7 +152,7 @@ class Bucket:
         """The original size of an object (a HEAD, or the tail in direct mode)."""
         if self.options.direct:
             return self._open(key, stored_size).size
-        head = self._call(self.uri(key), self.client.head_object, Bucket=self.options.bucket, Key=key)
+        head = self.call(self.uri(key), self.client.head_object, Bucket=self.options.bucket, Key=key)
         return int(head["ContentLength"])
 
     def _get_stream(self, key: str, first: int, end: int | None) -> Iterator[bytes]:
@@ -163,7 +163,7 @@ class Bucket:
         if rng:
             args["Range"] = rng
         try:
-            response = self._call(self.uri(key), self.client.get_object, **args)
+            response = self.call(self.uri(key), self.client.get_object, **args)
         except errors.InvalidRange:
             return  # the range starts at or past the end: nothing there
         body = response["Body"]
@@ -176,7 +176,7 @@ class Bucket:
 
     def _get(self, key: str, rng: str) -> tuple[bytes, int]:
         """The bytes of a range (e.g. 'bytes=-65536') and the object's full stored size."""
-        response = self._call(
+        response = self.call(
             self.uri(key), self.client.get_object, Bucket=self.options.bucket, Key=key, Range=rng
         )
         data = response["Body"].read()
@@ -235,7 +235,8 @@ class Bucket:
 
     # -- errors -----------------------------------------------------------------------------------------
 
-    def _call(self, where: str, fn: Callable[..., Any], **args: Any) -> Any:
+    def call(self, where: str, fn: Callable[..., Any], **args: Any) -> Any:
+        """fn(**args) on the client, its failures turned into typed errors that name `where`."""
         self.requests += 1
         try:
             return fn(**args)

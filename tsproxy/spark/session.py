@@ -1,0 +1,36 @@
+"""A SparkSession for tsproxy's jobs: local[*] by default, any master when given.
+
+Python workers run the interpreter that runs the driver (the one tsproxy is installed in) unless the
+Spark configuration says otherwise, and Spark's console progress bar is off because the jobs report
+their own progress.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+
+def spark_session(
+    master: str | None = "local[*]", app_name: str = "tsproxy", conf: Mapping[str, str] | None = None
+) -> Any:
+    """Get or create a SparkSession with the tiered-kafka source registered."""
+    from pyspark.sql import SparkSession
+
+    from . import register
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    settings = {
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
