@@ -5,7 +5,7 @@ in TSPROXY_ACCESS_KEY/TSPROXY_SECRET_KEY):
 
 * tsproxy's Spark data source "tiered-kafka" reads the segments the brokers tiered, with the schema of
   Spark's own Kafka source (key, value, topic, partition, offset, timestamp...). It ships with
-  `pip install 'tsproxy[spark]'` and is registered in the session as tsproxy's Spark documentation says.
+  `pip install 'tsproxy[spark]'`; `tsproxy.spark.register(spark)` adds it to a session.
 * pyarrow's S3 filesystem reads plain objects, here what the Kafka Connect S3 sink wrote
   (connect-s3-sink.properties), and hands them to Spark as an Arrow table.
 
@@ -40,7 +40,10 @@ def tsproxy_filesystem() -> fs.S3FileSystem:
 
 
 def tiered_topic(spark: SparkSession, topic: str, bucket: str = "kafka-tiered-storage") -> DataFrame:
-    """A topic's tiered segments, as rows like Spark's Kafka source gives (needs the source registered)."""
+    """A topic's tiered segments, as rows like Spark's Kafka source gives."""
+    from tsproxy.spark import register
+
+    register(spark)
     return (
         spark.read.format("tiered-kafka")
         .option("endpoint", ENDPOINT)
