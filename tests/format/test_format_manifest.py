@@ -25,6 +25,8 @@ from tsproxy.format import (
     open_object,
     tail_length,
 )
+from tsproxy.format.segment import MAX_SEGMENT_SIZE
+from tsproxy.format.wire import Writer
 
 texts = st.text(max_size=40)
 
@@ -33,21 +35,64 @@ texts = st.text(max_size=40)
     st.integers(1, 10000),
     st.one_of(st.just(b""), st.binary(min_size=8, max_size=8)),
     st.binary(min_size=16, max_size=16),
-    st.lists(st.integers(1, (1 << 26) + 16), max_size=40),
+    st.integers(0, 40),
     st.booleans(),
     st.data(),
 )
 def test_segment_info_roundtrip(
-    segment_no: int, salt: bytes, md5: bytes, sizes: list[int], compressed: bool, data: st.DataObject
+    segment_no: int, salt: bytes, md5: bytes, chunks: int, compressed: bool, data: st.DataObject
 ) -> None:
+    tag = 16 if salt else 0
+    sizes = data.draw(st.lists(st.integers(1, MIN_CHUNK_SIZE + tag), min_size=chunks, max_size=chunks))
+    original = 0 if not chunks else (chunks - 1) * MIN_CHUNK_SIZE + data.draw(st.integers(1, MIN_CHUNK_SIZE))
     crcs = (
         ()
         if salt
-        else tuple(data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(sizes), max_size=len(sizes))))
+        else tuple(data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=chunks, max_size=chunks)))
     )
-    info = SegmentInfo(segment_no, salt, sum(sizes) * 3, md5, tuple(sizes), compressed, crcs)
+    info = SegmentInfo(segment_no, salt, original, md5, tuple(sizes), compressed, crcs)
     assert SegmentInfo.from_bytes(info.to_bytes()) == info
     assert info.stored_size == sum(sizes)
+
+
+def test_many_equal_chunks_pack_into_a_few_bytes() -> None:
+    # Without compression every size is equal: 81920 chunks (a 5 GiB part in 64 KiB chunks) in a few bytes.
+    count = MAX_SEGMENT_SIZE // MIN_CHUNK_SIZE
+    info = SegmentInfo(7, b"salt0123", MAX_SEGMENT_SIZE, bytes(16), (MIN_CHUNK_SIZE + 16,) * count, False)
+    raw = info.to_bytes()
+    assert len(raw) == 1 + 1 + 1 + 8 + 5 + 16 + (3 + 3 + 1 + 0 + 3)  # the size list is 10 bytes
+    assert SegmentInfo.from_bytes(raw) == info
+
+
+def test_objects_of_many_equal_chunks_read_back(ring: KeyRing) -> None:
+    for encryption in (True, False):
+        cfg = TransformSettings(chunk_size=MIN_CHUNK_SIZE, compression="off", encryption=encryption)
+        original = make_data("random", 300 * MIN_CHUNK_SIZE + 5, 1)
+        stored = encode_object(original, cfg, ring)
+        assert decode_object(stored, ring) == original
+        stored, manifest = encode_multipart([(1, original), (2, original[:-5])], cfg, ring)
+        assert len(manifest.index) == 601
+        assert decode_tail(stored, ring)[0] == manifest
+
+
+def test_segment_counts_are_bounded_before_allocation() -> None:
+    w = Writer()
+    w.u8(1)  # segment info version
+    w.varint(1)
+    w.u8(0x02)  # salt present
+    w.raw(b"s" * 8)
+    w.varint(MAX_SEGMENT_SIZE + 1)
+    with pytest.raises(IntegrityError, match="exceeds"):
+        SegmentInfo.from_bytes(bytes(w.buf) + bytes(16) + b"\x00")
+    w = Writer()
+    w.u8(1)
+    w.varint(1)
+    w.u8(0x00)  # neither salt nor CRC32Cs: must be empty
+    w.varint(MIN_CHUNK_SIZE * 4)
+    w.raw(bytes(16))
+    w.varint(4)  # four chunks claimed
+    with pytest.raises(IntegrityError, match="exceeds"):
+        SegmentInfo.from_bytes(bytes(w.buf) + b"\x00" * 20)
 
 
 def test_segment_info_rejects_bad_bytes() -> None:

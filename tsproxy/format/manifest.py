@@ -27,7 +27,7 @@ from awscrt.checksums import crc32c
 
 from tsproxy.errors import FormatError, IntegrityError
 
-from .context import MANIFEST_MAC_SIZE, OBJECT_ID_SIZE, TAG_SIZE, ObjectContext
+from .context import MANIFEST_MAC_SIZE, MAX_SEGMENT_NO, OBJECT_ID_SIZE, TAG_SIZE, ObjectContext
 from .index import ChunkIndex
 from .keyring import KeyRing
 from .segment import MD5_SIZE, SegmentInfo
@@ -296,6 +296,8 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
         raise r.fail(f"unknown compression mode {mode}")
     level = r.u8()
     chunk_size = r.u32()
+    if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
+        raise r.fail(f"chunk size {chunk_size} out of range")
     object_id = bytes(r.take(OBJECT_ID_SIZE))
     size = r.varint()
     md5 = bytes(r.take(MD5_SIZE)) if flags & _F_MD5 else None
@@ -304,20 +306,19 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
     if encrypted:
         kek_id = r.text()
         wrapped = r.blob()
-    content_type = r.text() if flags & _F_CONTENT_TYPE else None
-    metadata = r.mapping()
-    headers = r.mapping()
-    count = r.varint(r.remaining())
-    segments = tuple(SegmentInfo.read(r) for _ in range(count))
-    r.end()
-
-    if encrypted:
-        assert kek_id is not None and wrapped is not None
+        # Authenticate before reading any further, so what follows (counts, sizes) is trusted input.
         ctx = ObjectContext.unwrapped(object_id, kek_id, wrapped, keyring)
         if not hmac.compare_digest(ctx.manifest_mac(bytes(body) + bytes(trailer)), check):
             raise IntegrityError("manifest: HMAC mismatch (tampered, or not this object's DEK)")
     else:
         ctx = ObjectContext(object_id)
+    content_type = r.text() if flags & _F_CONTENT_TYPE else None
+    metadata = r.mapping()
+    headers = r.mapping()
+    count = r.varint(min(r.remaining(), MAX_SEGMENT_NO))
+    segments = tuple(SegmentInfo.read(r, chunk_size, encrypted) for _ in range(count))
+    r.end()
+
     try:
         manifest = Manifest(
             version=1,

@@ -17,7 +17,7 @@ import zstandard
 from awscrt.checksums import crc32c
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tsproxy.errors import FormatError
+from tsproxy.errors import EntityTooLarge, FormatError
 
 from .context import (
     MAX_CHUNK_NO,
@@ -38,6 +38,8 @@ _F_COMPRESSED = 0x01
 _F_SALT = 0x02
 _F_CRC = 0x04
 MD5_SIZE = 16
+# S3's largest single PUT or part; a segment is one of those.
+MAX_SEGMENT_SIZE = 5 << 30
 _MIN_BUFFER = 64 * 1024
 
 
@@ -60,8 +62,8 @@ class SegmentInfo:
             raise ValueError("salt must be 8 bytes (encrypted) or empty")
         if len(self.md5) != MD5_SIZE:
             raise ValueError("md5 must be 16 bytes")
-        if self.original_size < 0:
-            raise ValueError("original_size cannot be negative")
+        if not 0 <= self.original_size <= MAX_SEGMENT_SIZE:
+            raise ValueError(f"original_size must be within 0..{MAX_SEGMENT_SIZE}")
         if self.crc32c and len(self.crc32c) != len(self.stored_sizes):
             raise ValueError("one CRC32C per stored chunk")
         if self.salt and self.crc32c:
@@ -92,17 +94,34 @@ class SegmentInfo:
             w.raw(b"".join(c.to_bytes(4, "big") for c in self.crc32c))
 
     @classmethod
-    def read(cls, r: Reader) -> SegmentInfo:
-        """Read one segment written by write(); IntegrityError when malformed."""
+    def read(cls, r: Reader, chunk_size: int | None = None, encrypted: bool | None = None) -> SegmentInfo:
+        """Read one segment written by write(); IntegrityError when malformed.
+
+        Inside a manifest, chunk_size and encrypted are known: the chunk count must be exactly the one
+        the segment's size implies, and salt and CRC32Cs must agree with the encryption. Counts are
+        bounded before anything is allocated for them.
+        """
         segment_no = r.varint(MAX_SEGMENT_NO)
         flags = r.u8()
-        if flags & ~(_F_COMPRESSED | _F_SALT | _F_CRC):
-            raise r.fail(f"unknown segment flags {flags:#x}")
+        if flags & ~(_F_COMPRESSED | _F_SALT | _F_CRC) or (flags & _F_SALT and flags & _F_CRC):
+            raise r.fail(f"bad segment flags {flags:#x}")
+        if encrypted is not None and bool(flags & _F_SALT) != encrypted:
+            raise r.fail(f"segment {segment_no} disagrees with the manifest on encryption")
         salt = bytes(r.take(SALT_SIZE)) if flags & _F_SALT else b""
-        original_size = r.varint()
+        original_size = r.varint(MAX_SEGMENT_SIZE)
         md5 = bytes(r.take(MD5_SIZE))
-        # Equal sizes pack into zero bits, so the byte count cannot bound the chunk count; the size can.
-        sizes = decode_sizes(r, max(r.remaining(), -(-original_size // MIN_CHUNK_SIZE)))
+        # Equal sizes pack into zero bits, so the encoded length cannot bound the chunk count; the
+        # segment size can, and so can the CRC32Cs (4 bytes a chunk) when they follow.
+        expected = -(-original_size // (chunk_size or MIN_CHUNK_SIZE))
+        if flags & _F_CRC:
+            bound = min(expected, r.remaining() // 4)
+        elif flags & _F_SALT:
+            bound = expected
+        else:
+            bound = 0  # unencrypted and no CRC32Cs: only an empty segment
+        sizes = decode_sizes(r, bound)
+        if chunk_size is not None and len(sizes) != expected:
+            raise r.fail(f"segment {segment_no}: {len(sizes)} chunks where its size needs {expected}")
         crcs: tuple[int, ...] = ()
         if flags & _F_CRC:
             raw = r.take(4 * len(sizes))
@@ -193,6 +212,8 @@ class SegmentEncoder:
         n = len(view)
         if not n:
             return []
+        if self._size + n > MAX_SEGMENT_SIZE:
+            raise EntityTooLarge(f"a single upload or part is at most {MAX_SEGMENT_SIZE} bytes")
         self._md5.update(view)
         self._size += n
         size = self._chunk_size
