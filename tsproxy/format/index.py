@@ -73,11 +73,6 @@ def decode_sizes(reader: Reader, max_count: int) -> tuple[int, ...]:
     return (*leading, last)
 
 
-def encoded_sizes_length(sizes: Sequence[int]) -> int:
-    """Bytes encode_sizes(sizes) takes, without encoding."""
-    return len(encode_sizes(sizes))
-
-
 def _pack(values: Sequence[int], width: int) -> bytes:
     # Eight values of `width` bits make exactly `width` bytes, so pack eight at a time into one int.
     if width == 0:

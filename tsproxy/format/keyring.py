@@ -23,7 +23,7 @@ import json
 import os
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,8 @@ class _Kek:
     key_id: str
     kind: str
     created: str
-    material: bytes  # raw AES key, or PKCS#8 DER of the RSA private key
-    rsa_key: rsa.RSAPrivateKey | None = None
+    material: bytes = field(repr=False)  # raw AES key, or PKCS#8 DER of the RSA private key
+    rsa_key: rsa.RSAPrivateKey | None = field(default=None, repr=False)
 
     @classmethod
     def generate(cls, kind: str, key_id: str) -> _Kek:

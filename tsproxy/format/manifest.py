@@ -270,9 +270,7 @@ def decode_tail(
         raise FormatError(f"tail needs the object's last {needed} bytes, got {len(view)}")
     view = view[len(view) - needed :]
     version = _TRAILER.unpack(view[-TRAILER_SIZE:])[1]
-    # Only version 1 exists; a later reader dispatches on version here and keeps this decoder.
-    assert version == 1
-    return _decode_v1(view, keyring)
+    return _DECODERS[version](view, keyring)
 
 
 def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, ObjectContext]:
@@ -340,6 +338,10 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
     except ValueError as e:
         raise IntegrityError(str(e)) from None
     return manifest, ctx
+
+
+# A later version adds its decoder here and keeps the older ones: a reader reads every version up to its own.
+_DECODERS = {1: _decode_v1}
 
 
 def rewrap(manifest: Manifest, ctx: ObjectContext, keyring: KeyRing) -> tuple[Manifest, ObjectContext]:

@@ -75,7 +75,7 @@ class Reader:
     """Reads manifest fields from a memoryview, refusing to run past its end."""
 
     def __init__(self, data: bytes | bytearray | memoryview, what: str = "manifest") -> None:
-        self.view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+        self.view = memoryview(data).cast("B")
         self.pos = 0
         self.what = what
 
