@@ -114,7 +114,7 @@ def test_trailer_signature_matches_aws_crt_vector() -> None:
 
 # -- real boto3 bodies (STREAMING-UNSIGNED-PAYLOAD-TRAILER) -------------------------------------------
 
-ALGORITHMS = ["CRC32", "CRC32C", "SHA1", "SHA256", "CRC64NVME"]
+ALGORITHMS = ["CRC32", "CRC32C", "SHA1", "SHA256", "CRC64NVME", "SHA512", "XXHASH64", "XXHASH3", "XXHASH128"]
 
 
 def boto3_put(data: bytes, algorithm: str = "CRC32") -> tuple[sigv4.AuthResult, bytes, str, int]:
@@ -343,4 +343,4 @@ def test_payload_is_handed_back_without_copies() -> None:
 
 def test_unknown_checksum_algorithm() -> None:
     with pytest.raises(ValueError):
-        AwsChunkedDecoder(UNSIGNED, decoded_length=None, trailer=None, checksum_algorithm="MD5")
+        AwsChunkedDecoder(UNSIGNED, decoded_length=None, trailer=None, checksum_algorithm="ADLER32")

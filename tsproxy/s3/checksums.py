@@ -1,7 +1,9 @@
 """The additional checksums S3 accepts on uploads (`x-amz-checksum-*`), computed incrementally.
 
 A checksum travels base64-encoded, either as a request header or as a trailer of an `aws-chunked` body
-(declared up front in `x-amz-trailer`). CRC values are sent big-endian, as S3 and the SDKs do.
+(declared up front in `x-amz-trailer`). CRC values are sent big-endian, as S3 and the SDKs do. Besides
+the five long-standing algorithms, the newer ones of S3's model (MD5, SHA512, XXHASH64, XXHASH3,
+XXHASH128) are accepted too, so a client that picks one is not turned away.
 """
 
 from __future__ import annotations
@@ -17,7 +19,24 @@ from awscrt import checksums as crt
 from tsproxy import errors
 
 # Algorithm name -> digest length in bytes.
-ALGORITHMS: dict[str, int] = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
+ALGORITHMS: dict[str, int] = {
+    "CRC32": 4,
+    "CRC32C": 4,
+    "CRC64NVME": 8,
+    "SHA1": 20,
+    "SHA256": 32,
+    "SHA512": 64,
+    "MD5": 16,
+    "XXHASH64": 8,
+    "XXHASH3": 8,
+    "XXHASH128": 16,
+}
+_HASHLIB = {"SHA1": "sha1", "SHA256": "sha256", "SHA512": "sha512", "MD5": "md5"}
+_XXHASH = {
+    "XXHASH64": crt.XXHash.new_xxhash64,
+    "XXHASH3": crt.XXHash.new_xxhash3_64,
+    "XXHASH128": crt.XXHash.new_xxhash3_128,
+}
 HEADER_PREFIX = "x-amz-checksum-"
 
 
@@ -39,7 +58,9 @@ class Checksum:
             raise ValueError(f"unsupported checksum algorithm {algorithm!r}")
         self.algorithm = name
         self._crc = 0
-        self._hash = hashlib.new(name.lower()) if name.startswith("SHA") else None
+        self._hash = hashlib.new(_HASHLIB[name]) if name in _HASHLIB else None
+        self._xxhash = _XXHASH[name]() if name in _XXHASH else None
+        self._final: bytes | None = None  # an xxhash can be finalised only once
 
     @classmethod
     def new(cls, algorithm: str) -> Checksum:
@@ -55,6 +76,11 @@ class Checksum:
         """Add bytes to the checksum."""
         if self._hash is not None:
             self._hash.update(data)
+        elif self._xxhash is not None:
+            if self._final is not None:
+                raise ValueError("checksum already finalised")
+            # The CRT binding takes nothing but bytes here: one copy of the piece, bounded by its size.
+            self._xxhash.update(data if isinstance(data, bytes) else bytes(data))
         elif self.algorithm == "CRC32":
             self._crc = zlib.crc32(data, self._crc)
         elif self.algorithm == "CRC32C":
@@ -63,9 +89,13 @@ class Checksum:
             self._crc = crt.crc64nvme(data, self._crc)
 
     def digest(self) -> bytes:
-        """The raw checksum: big-endian for CRCs, the hash digest for SHA*."""
+        """The raw checksum: big-endian for CRCs, the digest for hashes."""
         if self._hash is not None:
             return self._hash.digest()
+        if self._xxhash is not None:
+            if self._final is None:
+                self._final = bytes(self._xxhash.finalize())
+            return self._final
         return self._crc.to_bytes(ALGORITHMS[self.algorithm], "big")
 
     def b64digest(self) -> str:
@@ -80,7 +110,7 @@ def _lower(headers: Mapping[str, str]) -> dict[str, str]:
 def checksum_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The `x-amz-checksum-<algorithm>` values the client sent as headers, keyed by lower-case name.
 
-    Only the five algorithms S3 knows count (``x-amz-checksum-mode`` and ``-type`` are not checksums). A
+    Only algorithms S3 knows count (``x-amz-checksum-mode`` and ``-type`` are not checksums). A
     value that is not base64 of the right length is S3's InvalidRequest.
     """
     out: dict[str, str] = {}
