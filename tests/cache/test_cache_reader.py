@@ -181,7 +181,7 @@ async def test_a_corrupt_entry_is_refetched(
     cache: ChunkCache, cache_dir: Path, executor: ThreadPoolExecutor, damage: str
 ) -> None:
     obj = make_object(random_data(256 * KIB), chunk_size=64 * KIB)
-    reader = ChunkReader(cache, executor)
+    reader = ChunkReader(cache, executor, memory_bytes=0)  # every repeat goes to the disk cache
     fetch = CountingFetch(obj)
     assert await read_all(reader, obj, fetch, 70 * KIB, 80 * KIB) == obj.data[70 * KIB : 80 * KIB + 1]
     await settle(reader)
@@ -222,6 +222,28 @@ async def test_eviction_keeps_the_bound_while_reading(
     assert cache.evictions > 0
     await reader.close()
     cache.close()
+
+
+async def test_repeats_are_served_from_memory(
+    cache: ChunkCache, cache_dir: Path, executor: ThreadPoolExecutor
+) -> None:
+    obj = make_object(random_data(4 * MIB), chunk_size=4 * MIB)
+    reader = ChunkReader(cache, executor, memory_bytes=8 * MIB)
+    fetch = CountingFetch(obj)
+    assert await read_all(reader, obj, fetch, 0, MIB - 1) == obj.data[:MIB]
+    await settle(reader)
+    for path in value_files(cache_dir):
+        path.unlink()  # the disk copy is gone; the next 1 MiB reads of the chunk do not need it
+    for first in range(MIB, 4 * MIB, MIB):
+        assert await read_all(reader, obj, fetch, first, first + MIB - 1) == obj.data[first : first + MIB]
+    assert len(fetch.calls) == 1
+    assert cache.corrupt == 0
+    # Without the memory tier the same reads go to the disk, find nothing and fetch again.
+    cold = ChunkReader(cache, executor, memory_bytes=0)
+    assert await read_all(cold, obj, fetch, MIB, 2 * MIB - 1) == obj.data[MIB : 2 * MIB]
+    assert len(fetch.calls) == 2
+    await reader.close()
+    await cold.close()
 
 
 # -- sharing and coalescing ----------------------------------------------------------------------------
@@ -465,7 +487,9 @@ async def test_memory_stays_within_a_window(executor: ThreadPoolExecutor) -> Non
     # One long read of a 64 MiB object without a disk cache, consumed slowly: memory is a window or two
     # of chunks, never the whole range.
     obj = make_object(random_data(64 * MIB), chunk_size=MIB)
-    reader = ChunkReader(None, executor, prefetch_bytes=8 * MIB, max_request_bytes=8 * MIB)
+    reader = ChunkReader(
+        None, executor, prefetch_bytes=8 * MIB, max_request_bytes=8 * MIB, memory_bytes=4 * MIB
+    )
     fetch = CountingFetch(obj)
     tracemalloc.start()
     try:

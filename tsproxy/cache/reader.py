@@ -2,9 +2,10 @@
 
 For each chunk a read needs, in order:
 
-1. a download already under way (single-flight) is joined;
-2. else the disk cache is asked; a hit costs no backend request;
-3. else the chunk is fetched, together with the next missing chunks of the read (up to
+1. the few most recently used chunks held in memory (HotChunks) answer repeats at once;
+2. a download already under way (single-flight) is joined;
+3. else the disk cache is asked; a hit costs no backend request;
+4. else the chunk is fetched, together with the next missing chunks of the read (up to
    FOREGROUND_BYTES), in one coalesced ranged GET.
 
 While it consumes, the reader keeps a window of chunks scheduled ahead (see prefetch.PrefetchPolicy):
@@ -14,8 +15,9 @@ Chunks are decoded (authenticated, decrypted, inflated) in the executor, one Chu
 object; a chunk that fails is an error for every reader waiting on it and is never cached. Downloads
 outlive the read that started them, so a client hanging up never fails another reader sharing them.
 
-Memory: a read holds the chunk it is yielding plus, without a disk cache, its own read-ahead window;
-downloads hold at most max_parallel_fetches requests of at most max_request_bytes each.
+Memory: `memory_bytes` of hot chunks; a read holds the chunk it is yielding plus, without a disk cache,
+its own read-ahead window; downloads hold at most max_parallel_fetches requests of at most
+max_request_bytes each.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.metrics import Metrics
 
 from .chunks import ChunkCache, ChunkKey
+from .hot import HotChunks
 from .plan import FetchRequest, plan_fetches
 from .prefetch import PrefetchPolicy, Stream
 from .singleflight import Abandoned, SingleFlight, wait
@@ -83,11 +86,13 @@ class ChunkReader:
         max_parallel_fetches: int = 8,
         max_prefetch_in_flight_bytes: int | None = None,
         max_tracked_objects: int = 1024,
+        memory_bytes: int = 64 << 20,
         metrics: Metrics | None = None,
     ) -> None:
         if max_parallel_fetches < 1 or max_request_bytes < 1 or max_gap_bytes < 0 or prefetch_bytes < 0:
             raise ValueError("reader bounds must be positive")
         self._cache = cache
+        self._hot = HotChunks(memory_bytes)
         self._executor = executor
         self._max_request = max_request_bytes
         self._max_gap = max_gap_bytes
@@ -161,16 +166,21 @@ class ChunkReader:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._policy.clear()
+        self._hot.clear()
 
     # -- one chunk ---------------------------------------------------------------------------------
 
     async def _chunk(self, rd: _Read, i: int, ref: ChunkRef, position: int) -> bytes | memoryview:
         """Chunk i's plaintext, after making sure the chunks ahead of it are on their way."""
         key = rd.key(ref)
-        fut = rd.pending.pop(i, None) or self._flights.join(key)
-        data: bytes | memoryview | None = None
-        if fut is None and self._cache is not None:
-            data = await self._cache.get(key)
+        fut = rd.pending.pop(i, None)
+        data = self._hot.get(key)
+        if data is None and fut is None:
+            fut = self._flights.join(key)
+            if fut is None and self._cache is not None:
+                data = await self._cache.get(key)
+                if data is not None:
+                    self._hot.put(key, data)
         if fut is None and data is None:
             fut = await self._fetch_foreground(rd, i, ref)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
@@ -192,10 +202,11 @@ class ChunkReader:
             except Abandoned:
                 if self._closed:
                     raise errors.ServiceUnavailable("shutting down") from None
-            if self._cache is not None:
+            cached = self._hot.get(key)
+            if cached is None and self._cache is not None:
                 cached = await self._cache.get(key)
-                if cached is not None:
-                    return cached
+            if cached is not None:
+                return cached
             # No await between looking and claiming, so the chunk cannot be claimed by another in between.
             fut = self._flights.join(key) or self._launch(rd, i, [ref], [True], background=False)[0]
 
@@ -247,7 +258,9 @@ class ChunkReader:
         cached = [False] * len(keys)
         if self._cache is not None and keys:
             cached = await self._cache.contains_many(keys)
-        return [not c and k not in self._flights for k, c in zip(keys, cached, strict=True)]
+        return [
+            not c and k not in self._flights and k not in self._hot for k, c in zip(keys, cached, strict=True)
+        ]
 
     # -- downloads ---------------------------------------------------------------------------------
 
@@ -331,6 +344,7 @@ class ChunkReader:
             fut.set_exception(e)
             return
         fut.set_result(plain)
+        self._hot.put(rd.key(ref), plain)
         if self._cache is not None:
             await self._cache.put(rd.key(ref), plain)
         # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
