@@ -389,8 +389,7 @@ async def test_tampered_stored_data_is_an_integrity_error(
     bad = 3
     ref = obj.manifest.index.chunk(bad)
     obj.stored[ref.stored_offset + 10] ^= 0x01
-    metrics = Metrics()
-    reader = ChunkReader(cache, executor, metrics=metrics)
+    reader = ChunkReader(cache, executor)
     fetch = CountingFetch(obj)
     got = bytearray()
     with pytest.raises(errors.IntegrityError):
@@ -400,7 +399,6 @@ async def test_tampered_stored_data_is_an_integrity_error(
     await settle(reader)
     assert not await cache.contains(chunk_key(obj, bad))
     assert await cache.contains(chunk_key(obj, bad + 1))  # its neighbours are fine
-    assert metrics.integrity_errors._value.get() >= 1
     # Every reader of the bad chunk gets the error, every time; the others are served.
     results = await asyncio.gather(
         *(read_all(reader, obj, fetch, ref.original_offset, ref.original_offset + 5) for _ in range(4)),

@@ -271,6 +271,8 @@ class ChunkReader:
 
         refs are consecutive chunks of the object, the first being chunk first_index.
         """
+        if self._closed:
+            raise errors.ServiceUnavailable("shutting down")
         # Claiming is synchronous, so no other task can claim a chunk between the check and here.
         missing = [m and rd.key(r) not in self._flights for m, r in zip(missing, refs, strict=True)]
         plan = plan_fetches(refs, missing, max_gap_bytes=self._max_gap, max_request_bytes=self._max_request)
@@ -335,12 +337,7 @@ class ChunkReader:
         loop = asyncio.get_running_loop()
         try:
             plain = await loop.run_in_executor(self._executor, self._decode, rd.manifest, rd.ctx, ref, stored)
-        except errors.IntegrityError as e:
-            if self._metrics is not None:
-                self._metrics.integrity_errors.inc()
-            fut.set_exception(e)
-            return
-        except Exception as e:
+        except Exception as e:  # IntegrityError above all: every waiter fails, nothing is cached
             fut.set_exception(e)
             return
         fut.set_result(plain)
