@@ -77,6 +77,7 @@ class Call:
         return self.s3.key
 
 
+PROXY: web.AppKey[Proxy] = web.AppKey("proxy")
 Handler = Callable[["Proxy", Call], Awaitable[web.StreamResponse]]
 HANDLERS: dict[str, Handler] = {}
 
@@ -207,13 +208,14 @@ def _error_response(err: errors.S3Error, resource: str, request_id: str, method:
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
-    proxy: Proxy = request.app["proxy"]
+    proxy: Proxy = request.app[PROXY]
     metrics = proxy.metrics
     request_id = secrets.token_hex(8).upper()
     started = time.monotonic()
     raw_path, raw_query = _split_target(request.raw_path)
     op = "Unknown"
     call: Call | None = None
+    response: web.StreamResponse | None = None
     error_code = ""
     metrics.in_flight.inc()
     try:
@@ -258,7 +260,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     finally:
         metrics.in_flight.dec()
         elapsed = time.monotonic() - started
-        status = _status_of(request)
+        # A handler that raised past us (a cut connection) sent nothing we know of: count it as a 500.
+        status = str(response.status) if response is not None else "500"
         metrics.requests.labels(op, status).inc()
         metrics.request_seconds.labels(op).observe(elapsed)
         fields: dict[str, Any] = {
@@ -271,19 +274,6 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if error_code:
             fields["error"] = error_code
         access_log.info("request", extra={"fields": fields})
-
-
-def _status_of(request: web.Request) -> str:
-    # The status actually sent; a response that was never prepared counts as the 500 the client saw.
-    resp = getattr(request, "_tsproxy_status", None)
-    return str(resp) if resp is not None else "500"
-
-
-@web.middleware
-async def _record_status(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    response = await handler(request)
-    request._tsproxy_status = response.status  # type: ignore[attr-defined]
-    return response
 
 
 def _user_metadata(headers: Mapping[str, str]) -> dict[str, str]:
@@ -803,7 +793,7 @@ async def list_multipart_uploads(proxy: Proxy, call: Call) -> web.StreamResponse
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    proxy: Proxy = request.app["proxy"]
+    proxy: Proxy = request.app[PROXY]
     if proxy.cache is not None:
         proxy.metrics.cache_size.set(proxy.cache.size_bytes())
     proxy.metrics.cache_limit.set(proxy.cfg.cache_size if proxy.cache is not None else 0)
@@ -816,7 +806,7 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    proxy: Proxy = request.app["proxy"]
+    proxy: Proxy = request.app[PROXY]
     problems = []
     if not proxy.ready:
         problems.append("starting" if not proxy.draining else "shutting down")
@@ -834,15 +824,15 @@ async def _readyz(request: web.Request) -> web.Response:
 
 def create_app(proxy: Proxy) -> web.Application:
     """The S3 application (the handler takes every path; routing is S3's, not aiohttp's)."""
-    app = web.Application(middlewares=[_record_status], client_max_size=1 << 20, handler_args={"max_field_size": 65536})
-    app["proxy"] = proxy
+    app = web.Application(client_max_size=1 << 20, handler_args={"max_field_size": 65536})
+    app[PROXY] = proxy
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
 
 
 def create_metrics_app(proxy: Proxy) -> web.Application:
     app = web.Application()
-    app["proxy"] = proxy
+    app[PROXY] = proxy
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

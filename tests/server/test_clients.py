@@ -19,9 +19,11 @@ def _aws(proxy: RunningProxy, *args: str) -> subprocess.CompletedProcess[str]:
         pytest.fail("the aws cli is not installed (make test installs it under .tools/awscli)")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}  # fmt: skip
-    return subprocess.run(
-        [aws, "--endpoint-url", proxy.endpoint, *args], env=env, capture_output=True, text=True, timeout=600, check=True
+    proc = subprocess.run(
+        [aws, "--endpoint-url", proxy.endpoint, *args], env=env, capture_output=True, text=True, timeout=600
     )
+    assert proc.returncode == 0, f"aws {' '.join(args)} failed: {proc.stderr}"
+    return proc
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import boto3
 import pytest
@@ -22,11 +23,20 @@ http = urllib3.PoolManager(retries=False)
 def _signed(method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None,
             secret: str = SECRET_KEY, when: datetime | None = None) -> urllib3.BaseHTTPResponse:  # fmt: skip
     req = AWSRequest(method=method, url=url, data=body, headers=headers or {})
-    auth = S3SigV4Auth(Credentials(ACCESS_KEY, secret), "s3", "us-east-1")
-    if when is not None:
-        auth._timestamp = lambda: when.strftime("%Y%m%dT%H%M%SZ")  # type: ignore[method-assign]
-    auth.add_auth(req)
+    streaming = (headers or {}).get("x-amz-content-sha256", "")
+    auth = (_StreamingAuth if streaming.startswith("STREAMING-") else S3SigV4Auth)(
+        Credentials(ACCESS_KEY, secret), "s3", "us-east-1"
+    )
+    with mock.patch("botocore.auth.get_current_datetime", lambda: (when or datetime.now(UTC)).replace(tzinfo=None)):
+        auth.add_auth(req)
     return http.request(method, url, body=body, headers=dict(req.headers.items()))
+
+
+class _StreamingAuth(S3SigV4Auth):
+    """Signs an aws-chunked request the way SDKs do: the payload hash is the streaming mode's name."""
+
+    def payload(self, request: AWSRequest) -> str:
+        return "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
 
 
 def _error(resp: urllib3.BaseHTTPResponse) -> tuple[int, str]:
@@ -77,14 +87,15 @@ def test_clock_skew(local_proxy: RunningProxy, weed_bucket: str) -> None:
 
 
 def test_presigned_urls(local_proxy: RunningProxy, weed_bucket: str) -> None:
-    s3 = local_proxy.client()
+    s3 = local_proxy.client(signature_version="s3v4")
     s3.put_object(Bucket=weed_bucket, Key="p", Body=b"presigned body")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": weed_bucket, "Key": "p"}, ExpiresIn=60)
     assert http.request("GET", url).data == b"presigned body"
     req = AWSRequest(method="GET", url=f"{local_proxy.endpoint}/{weed_bucket}/p")
     signer = S3SigV4QueryAuth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1", expires=1)
-    signer._timestamp = lambda: (datetime.now(UTC) - timedelta(seconds=30)).strftime("%Y%m%dT%H%M%SZ")  # type: ignore[method-assign]
-    signer.add_auth(req)
+    past = (datetime.now(UTC) - timedelta(seconds=30)).replace(tzinfo=None)
+    with mock.patch("botocore.auth.get_current_datetime", lambda: past):
+        signer.add_auth(req)
     assert _error(http.request("GET", req.url)) == (403, "AccessDenied")
     put_url = s3.generate_presigned_url("put_object", Params={"Bucket": weed_bucket, "Key": "pp"}, ExpiresIn=60)
     assert http.request("PUT", put_url, body=b"via presigned put").status == 200
