@@ -96,6 +96,8 @@ class PartitionWriter:
         self._builder: SegmentBuilder | None = None
         self._rows: list[Row] = []
         self._base = start_offset
+        # Every record in offset order, transaction markers too: (offset, timestamp, is_marker).
+        self.timeline: list[tuple[int, int, bool]] = []
 
     def _current(self) -> SegmentBuilder:
         if self._builder is None:
@@ -111,9 +113,8 @@ class PartitionWriter:
         log_append_time: int | None = None,
         transactional: bool = False,
         producer_id: int = -1,
-        visible: bool = True,
     ) -> None:
-        """Append a producer batch; `visible=False` for records a reader must not return (none so far)."""
+        """Append a producer batch (records get the next offsets)."""
         built = producer_batch(
             rows, codec, transactional=transactional, producer_id=producer_id,
             producer_epoch=0 if producer_id >= 0 else -1,
@@ -122,8 +123,8 @@ class PartitionWriter:
         self._current().append(stamped)
         for delta, (timestamp, key, value, headers) in enumerate(rows):
             ts, ts_type = (log_append_time, 1) if log_append_time is not None else (timestamp, 0)
-            if visible:
-                self._rows.append((self.offset + delta, ts, ts_type, key, value, tuple(headers)))
+            self._rows.append((self.offset + delta, ts, ts_type, key, value, tuple(headers)))
+            self.timeline.append((self.offset + delta, ts, False))
         self.offset += len(rows)
 
     def marker(self, *, commit: bool, producer_id: int, timestamp: int) -> None:
@@ -133,6 +134,7 @@ class PartitionWriter:
                 self.offset, commit=commit, producer_id=producer_id, producer_epoch=0, timestamp=timestamp
             )
         )
+        self.timeline.append((self.offset, timestamp, True))
         self.offset += 1
 
     def roll(self) -> BuiltSegment:

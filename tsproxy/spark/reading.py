@@ -8,14 +8,22 @@ region waits for the next bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from tsproxy.kafka.errors import CorruptRecordError
-from tsproxy.kafka.records import LOG_OVERHEAD, MIN_BATCH_LENGTH, DecodeStats, RecordRow, iter_rows
+from tsproxy.kafka.records import (
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    DecodeStats,
+    RecordRow,
+    decode_batch,
+    iter_batches,
+    iter_rows,
+)
 
 from .arrow import rows_to_batch
 from .bucket import Bucket
@@ -30,29 +38,59 @@ _BASE = struct.Struct(">q")
 
 @dataclass
 class _TimeFilter:
-    """Per-piece state of the timestamp bounds (see Piece): started once, stopped once."""
+    """Per-piece state of the timestamp bounds (see Piece): started once, stopped once.
+
+    Like Kafka's offsetsForTimes, transaction markers count when finding the first record at or after a
+    timestamp, though they are never returned; so are records outside the offset bounds (an end found
+    before the start offset means an empty range).
+    """
 
     skip_until_ts: int | None
     stop_at_ts: int | None
+    min_offset: int | None
+    max_offset: int | None
     started: bool = False
     stopped: bool = False
 
-    def apply(self, rows: list[RecordRow]) -> list[RecordRow]:
+    def apply(self, records: Iterable[tuple[RecordRow, bool]]) -> list[RecordRow]:
+        """The rows to keep of (row, is_control) pairs, in offset order."""
+        kept: list[RecordRow] = []
         if self.stopped:
-            return []
-        if self.skip_until_ts is None and self.stop_at_ts is None:
-            return rows
-        kept = []
-        for row in rows:
+            return kept
+        low = self.min_offset if self.min_offset is not None else -1
+        high = self.max_offset if self.max_offset is not None else 1 << 63
+        for row, control in records:
             ts = row[1]
             if self.stop_at_ts is not None and ts >= self.stop_at_ts:
                 self.stopped = True
                 break
             if not self.started and (self.skip_until_ts is None or ts >= self.skip_until_ts):
                 self.started = True
-            if self.started:
+            if self.started and not control and low <= row[0] <= high:
                 kept.append(row)
         return kept
+
+
+def _with_markers(
+    data: bytes, position: int, name: str, skip_corrupt: bool, stats: DecodeStats
+) -> Iterator[tuple[RecordRow, bool]]:
+    """Every record of whole batches, transaction markers included and flagged (the slower path)."""
+    for header in iter_batches(
+        data, object_name=name, base_position=position, skip_corrupt=skip_corrupt, stats=stats
+    ):
+        try:
+            _, records = decode_batch(
+                data, header.position - position, object_name=name, base_position=position, verify_crc=False
+            )
+        except CorruptRecordError:
+            if not skip_corrupt:
+                raise
+            stats.corrupt_batches += 1
+            continue
+        if header.is_control:
+            stats.control_batches += 1
+        for r in records:
+            yield (r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers), header.is_control
 
 
 def whole_batches(buf: bytes | bytearray | memoryview) -> tuple[int, str | None]:
@@ -76,13 +114,18 @@ def piece_rows(
 ) -> Iterator[list[RecordRow]]:
     """The records of a piece that pass its offset and timestamp filters, a region at a time."""
     stats = stats if stats is not None else DecodeStats()
-    times = _TimeFilter(piece.skip_until_ts, piece.stop_at_ts)
+    times = _TimeFilter(piece.skip_until_ts, piece.stop_at_ts, piece.min_offset, piece.max_offset)
     name = bucket.uri(piece.key)
     buf = bytearray()
     buf_pos = piece.first  # object position of buf[0]
 
     def decode(data: bytes, position: int) -> list[RecordRow]:
-        rows = list(
+        if piece.skip_until_ts is not None or piece.stop_at_ts is not None:
+            # At most two pieces of a partition hold a timestamp bound: they take the slower path.
+            kept = times.apply(_with_markers(data, position, name, skip_corrupt, stats))
+            stats.records += len(kept)
+            return kept
+        return list(
             iter_rows(
                 data,
                 object_name=name,
@@ -93,7 +136,6 @@ def piece_rows(
                 stats=stats,
             )
         )
-        return times.apply(rows)
 
     with closing(bucket.stream(piece.key, piece.first, piece.end, stored_size=piece.size)) as stream:
         yield from _regions(stream, buf, buf_pos, piece, name, decode, times, skip_corrupt)
