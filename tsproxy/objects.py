@@ -371,8 +371,8 @@ class ObjectService:
         try:
             info = await self.backend.head(loc.bucket, loc.key)
         except errors.NoSuchKey:
-            if self.ns.mapped:
-                await self.head_bucket(bucket)
+            # A HEAD's 404 has no body to tell a missing key from a missing bucket: ask.
+            await self.head_bucket(bucket)
             raise errors.NoSuchKey(Key=key) from None
         obj = await self._load(loc, info)
         self._objects.put((bucket, key), obj)

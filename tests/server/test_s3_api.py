@@ -245,11 +245,22 @@ def test_content_md5_and_checksums(proxy: RunningProxy, bucket: str) -> None:
         assert s3.get_object(Bucket=bucket, Key=f"ck-{algorithm}")["Body"].read() == body
 
 
+SEAWEED_REFUSES = {"a/../../etc/passwd", "..", "./x", "k" * 1024}
+
+
 @pytest.mark.parametrize(
     "key", ["a/../../etc/passwd", "..", "./x", "spaces and %25 percent", "unicodé/ключ/鍵", "//double//slash", "k" * 1024]
 )
 def test_odd_keys_roundtrip(proxy: RunningProxy, bucket: str, key: str) -> None:
     s3 = proxy.client()
+    if not proxy.cfg.local_backend and key in SEAWEED_REFUSES:
+        # SeaweedFS stores keys as file paths: it refuses these, and tsproxy passes its clean 4xx on.
+        with pytest.raises(ClientError) as exc:
+            s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+        assert 400 <= exc.value.response["ResponseMetadata"]["HTTPStatusCode"] < 500
+        return
+    if not proxy.cfg.local_backend and key.startswith("//"):
+        pytest.skip("SeaweedFS folds repeated slashes in keys; S3 and the local backend keep them")
     s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
     assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == key.encode()
     assert key in [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
