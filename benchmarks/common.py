@@ -85,10 +85,10 @@ class Seaweed:
     """A SeaweedFS server for a benchmark run (the test suite's launcher, reused)."""
 
     def __init__(self, workdir: Path) -> None:
-        from tests.support.seaweed import SeaweedServer
+        from tests.support.seaweed import SeaweedFS
 
-        self.server = SeaweedServer(workdir)
-        self.server.start()
+        del workdir  # SeaweedFS makes and removes its own directory
+        self.server = SeaweedFS.start()
         self.endpoint = self.server.endpoint
         self.access_key, self.secret_key = self.server.access_key, self.server.secret_key
 
