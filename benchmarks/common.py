@@ -38,7 +38,8 @@ def kafka_like(size: int, seed: int = 7) -> bytes:
     while len(out) < size:
         rec = (
             f'{{"offset":{i},"ts":{1700000000000 + i * 7},"user":"{rng.choice(users)}",'
-            f'"event":"{rng.choice(events)}","amount":{rng.random() * 100:.2f},"session":"{rng.getrandbits(64):016x}"}}\n'
+            f'"event":"{rng.choice(events)}","amount":{rng.random() * 100:.2f},'
+            f'"session":"{rng.getrandbits(64):016x}"}}\n'
         )
         out += rec.encode()
         i += 1
@@ -74,7 +75,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def median(values: Sequence[float]) -> float:
@@ -102,7 +103,9 @@ class Seaweed:
 class TsproxyProcess:
     """`tsproxy serve` in its own process, so its memory can be measured on its own."""
 
-    def __init__(self, workdir: Path, backend: str, backend_keys: tuple[str, str] | None, **settings: str) -> None:
+    def __init__(
+        self, workdir: Path, backend: str, backend_keys: tuple[str, str] | None, **settings: str
+    ) -> None:
         from tsproxy.format import KeyRing
 
         workdir.mkdir(parents=True, exist_ok=True)
@@ -116,10 +119,27 @@ class TsproxyProcess:
             env.update(TSPROXY_BACKEND_ACCESS_KEY=backend_keys[0], TSPROXY_BACKEND_SECRET_KEY=backend_keys[1])
         for k, v in settings.items():
             env["TSPROXY_" + k.upper()] = v
-        args = [sys.executable, "-m", "tsproxy.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
-                "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--backend", backend, "--key-ring", str(ring),
-                "--cache-dir", str(workdir / "cache"), "--log-level", "warning"]  # fmt: skip
-        self.proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        args = [
+            sys.executable,
+            "-m",
+            "tsproxy.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
+            "--backend",
+            backend,
+            "--key-ring",
+            str(ring),
+            "--cache-dir",
+            str(workdir / "cache"),
+            "--log-level",
+            "warning",
+        ]
+        self.proc = subprocess.Popen(
+            args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -134,9 +154,14 @@ class TsproxyProcess:
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY,
-                            aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
-                            config=Config(s3={"addressing_style": "path"}, max_pool_connections=64))  # fmt: skip
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, max_pool_connections=64),
+        )
 
     def metrics(self) -> dict[str, float]:
         """The server's metrics as {'name{labels}': value}."""

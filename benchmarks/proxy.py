@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from boto3.s3.transfer import TransferConfig
-
 from common import (
     MIB,
     Generated,
@@ -42,13 +41,17 @@ def sequential_reads(client: Any, bucket: str, key: str, size: int, step: int, l
     latencies = []
     for pos in range(0, min(size, limit), step):
         start = time.perf_counter()
-        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={pos}-{min(pos + step, size) - 1}")["Body"].read()
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={pos}-{min(pos + step, size) - 1}")[
+            "Body"
+        ].read()
         latencies.append(time.perf_counter() - start)
         assert len(body) == min(step, size - pos)
     return latencies
 
 
-def parallel_random_reads(client: Any, bucket: str, key: str, size: int, readers: int, per_reader: int) -> tuple[float, list[float]]:
+def parallel_random_reads(
+    client: Any, bucket: str, key: str, size: int, readers: int, per_reader: int
+) -> tuple[float, list[float]]:
     def reader(seed: int) -> list[float]:
         rng = random.Random(seed)
         out = []
@@ -78,8 +81,9 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tsproxy-bench-") as tmp:
         weed = Seaweed(Path(tmp) / "weed")
-        proxy = TsproxyProcess(Path(tmp) / "proxy", weed.endpoint, (weed.access_key, weed.secret_key),
-                               cache_size="2GiB")  # fmt: skip
+        proxy = TsproxyProcess(
+            Path(tmp) / "proxy", weed.endpoint, (weed.access_key, weed.secret_key), cache_size="2GiB"
+        )
         try:
             systems = {"direct": weed.client(), "tsproxy": proxy.client()}
             systems["direct"].create_bucket(Bucket="bench-direct")
@@ -90,23 +94,50 @@ def main() -> None:
                 seconds = upload(client, bucket, "seg", block, size)
                 rows.append({"system": name, "scenario": "upload", "mib_s": args.size_mib / seconds})
                 lat = sequential_reads(client, bucket, "seg", size, MIB, size)
-                rows.append({"system": name, "scenario": "sequential 1MiB (cold)", "mib_s": len(lat) / sum(lat),
-                             "p50_ms": median(lat) * 1000, "p99_ms": percentile(lat, 0.99) * 1000})  # fmt: skip
+                rows.append(
+                    {
+                        "system": name,
+                        "scenario": "sequential 1MiB (cold)",
+                        "mib_s": len(lat) / sum(lat),
+                        "p50_ms": median(lat) * 1000,
+                        "p99_ms": percentile(lat, 0.99) * 1000,
+                    }
+                )
                 lat = sequential_reads(client, bucket, "seg", size, MIB, size)
-                rows.append({"system": name, "scenario": "sequential 1MiB (again)", "mib_s": len(lat) / sum(lat),
-                             "p50_ms": median(lat) * 1000, "p99_ms": percentile(lat, 0.99) * 1000})  # fmt: skip
+                rows.append(
+                    {
+                        "system": name,
+                        "scenario": "sequential 1MiB (again)",
+                        "mib_s": len(lat) / sum(lat),
+                        "p50_ms": median(lat) * 1000,
+                        "p99_ms": percentile(lat, 0.99) * 1000,
+                    }
+                )
                 if name == "tsproxy":
                     proxy.reset_peak_rss()
-                wall, lat = parallel_random_reads(client, bucket, "seg", size, args.readers, args.reads_per_reader)
-                row = {"system": name, "scenario": f"{args.readers} parallel random 1MiB",
-                       "mib_s": len(lat) / wall, "p50_ms": median(lat) * 1000, "p99_ms": percentile(lat, 0.99) * 1000}  # fmt: skip
+                wall, lat = parallel_random_reads(
+                    client, bucket, "seg", size, args.readers, args.reads_per_reader
+                )
+                row = {
+                    "system": name,
+                    "scenario": f"{args.readers} parallel random 1MiB",
+                    "mib_s": len(lat) / wall,
+                    "p50_ms": median(lat) * 1000,
+                    "p99_ms": percentile(lat, 0.99) * 1000,
+                }
                 if name == "tsproxy":
                     row["peak_rss_mib"] = proxy.peak_rss_mib()
                 rows.append(row)
             proxy.reset_peak_rss()
             seconds = upload(systems["tsproxy"], "bench-proxy", "big", block, args.rss_upload_mib * MIB)
-            rows.append({"system": "tsproxy", "scenario": f"upload {args.rss_upload_mib} MiB", "mib_s":
-                         args.rss_upload_mib / seconds, "peak_rss_mib": proxy.peak_rss_mib()})  # fmt: skip
+            rows.append(
+                {
+                    "system": "tsproxy",
+                    "scenario": f"upload {args.rss_upload_mib} MiB",
+                    "mib_s": args.rss_upload_mib / seconds,
+                    "peak_rss_mib": proxy.peak_rss_mib(),
+                }
+            )
         finally:
             proxy.stop()
             weed.stop()

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tsproxy import errors
 from tsproxy.s3.checksums import Checksum, checksum_headers, declared_trailer
@@ -32,11 +33,10 @@ class BodyResult:
     checksums: dict[str, str] = field(default_factory=dict)  # header name -> base64 value, to echo
 
 
-class ContentReader:
-    """The minimal reader interface of aiohttp's StreamReader that we use."""
+class ContentReader(Protocol):
+    """The part of aiohttp's StreamReader that we use."""
 
-    async def read(self, n: int = -1) -> bytes:  # pragma: no cover - protocol
-        raise NotImplementedError
+    async def read(self, n: int = -1) -> bytes: ...
 
 
 def _declared_length(headers: Mapping[str, str], chunked: bool) -> int | None:
@@ -87,7 +87,9 @@ async def payload(
     header_sums = checksum_headers(headers)
     trailer = declared_trailer(headers) if chunked else None
     if len(header_sums) + (1 if trailer else 0) > 1:
-        raise errors.InvalidRequest("Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.")
+        raise errors.InvalidRequest(
+            "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed."
+        )
     algorithm: str | None = None
     if header_sums:
         algorithm = next(iter(header_sums)).rsplit("-", 1)[-1].upper()
@@ -101,7 +103,9 @@ async def payload(
     md5 = hashlib.md5()
     sha256 = hashlib.sha256() if mode == "SHA256" else None
     decoder = (
-        AwsChunkedDecoder(auth, decoded_length=length, trailer=trailer, checksum_algorithm=None) if chunked else None
+        AwsChunkedDecoder(auth, decoded_length=length, trailer=trailer, checksum_algorithm=None)
+        if chunked
+        else None
     )
     received = 0
 

@@ -12,15 +12,27 @@ from tsproxy.errors import ConfigError
 
 SERVE_FLAGS = (
     ("--listen", "listen", "HOST:PORT of the S3 API (default 127.0.0.1:9000)"),
-    ("--metrics-listen", "metrics_listen", "HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9102; 'off')"),
+    (
+        "--metrics-listen",
+        "metrics_listen",
+        "HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9102; 'off')",
+    ),
     ("--backend", "backend", "file:///path (default ./tsproxy-data) or http(s)://host:port of an S3 store"),
     ("--backend-region", "backend_region", "region of the S3 backend"),
     ("--backend-bucket", "backend_bucket", "map every client bucket under this one backend bucket"),
     ("--backend-prefix", "backend_prefix", "key prefix inside --backend-bucket"),
     ("--backend-part-size", "backend_part_size", "multipart part size for backend uploads (default 25MiB)"),
-    ("--key-ring", "key_ring", "key ring file (tsproxy keys init); a dev ring is generated for file:// backends"),
+    (
+        "--key-ring",
+        "key_ring",
+        "key ring file (tsproxy keys init); a dev ring is generated for file:// backends",
+    ),
     ("--chunk-size", "chunk_size", "chunk size, 64KiB..64MiB (default 4MiB)"),
-    ("--compression", "compression", "off, on or auto (default auto: skip already-compressed Kafka segments)"),
+    (
+        "--compression",
+        "compression",
+        "off, on or auto (default auto: skip already-compressed Kafka segments)",
+    ),
     ("--compression-level", "compression_level", "zstd level (default 3)"),
     ("--cache-dir", "cache_dir", "chunk cache directory (default ./tsproxy-cache; 'off' disables it)"),
     ("--cache-size", "cache_size", "chunk cache size (default 1GiB)"),
@@ -35,8 +47,16 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--config", help="TOML config file (same keys as the flags, with underscores)")
     for flag, dest, text in SERVE_FLAGS:
         p.add_argument(flag, dest=dest, help=text)
-    p.add_argument("--no-encryption", dest="encryption", action="store_const", const=False, help="store chunks unencrypted")
-    p.add_argument("--anonymous", dest="anonymous", action="store_const", const=True, help="accept unsigned requests")
+    p.add_argument(
+        "--no-encryption",
+        dest="encryption",
+        action="store_const",
+        const=False,
+        help="store chunks unencrypted",
+    )
+    p.add_argument(
+        "--anonymous", dest="anonymous", action="store_const", const=True, help="accept unsigned requests"
+    )
     p.set_defaults(func=_serve)
 
 
@@ -61,7 +81,9 @@ def _serve(args: argparse.Namespace) -> int:
                 f"  aws --endpoint-url {url} s3 mb s3://demo && aws --endpoint-url {url} s3 cp README.md s3://demo/",
             ]
         if cfg.metrics_listen:
-            lines.append(f"metrics and health on http://{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}/metrics")
+            lines.append(
+                f"metrics and health on http://{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}/metrics"
+            )
         print("\n".join(lines), flush=True)
 
     try:
@@ -75,7 +97,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tsproxy", description="S3-compatible storage sidecar for Kafka tiered storage")
+    parser = argparse.ArgumentParser(
+        prog="tsproxy", description="S3-compatible storage sidecar for Kafka tiered storage"
+    )
     parser.add_argument("--version", action="version", version=f"tsproxy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)

@@ -20,9 +20,22 @@ ENV_PREFIX = "TSPROXY_"
 DEV_ACCESS_KEY = "tsproxy-dev"
 DEV_SECRET_KEY = "tsproxy-dev-secret-key"
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
-               "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4, "tb": 1000**4,
-               "tib": 1 << 40}  # fmt: skip
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1 << 40,
+}
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
 
@@ -145,7 +158,9 @@ _PARSERS: dict[str, Any] = {
     "compression": str,
     "compression_level": int,
     "encryption": parse_bool,
-    "cache_dir": lambda v: None if str(v).strip().lower() in ("", "off", "none") else Path(str(v)).expanduser(),
+    "cache_dir": lambda v: (
+        None if str(v).strip().lower() in ("", "off", "none") else Path(str(v)).expanduser()
+    ),
     "cache_size": parse_size,
     "cache_encrypt": parse_bool,
     "prefetch": parse_size,
@@ -222,7 +237,9 @@ def load(
                 if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
                     raise ConfigError(f"config: credentials ({path}): must be [[credentials]] tables")
                 for c in raw:
-                    credentials.append(Credentials(str(c.get("access_key", "")), str(c.get("secret_key", ""))))
+                    credentials.append(
+                        Credentials(str(c.get("access_key", "")), str(c.get("secret_key", "")))
+                    )
                 where["credentials"] = str(path)
                 continue
             if name not in _PARSERS:

@@ -14,17 +14,48 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 # S3 operations the server knows; primed so that every (operation, status class) series exists.
 OPERATIONS = (
-    "ListBuckets", "CreateBucket", "HeadBucket", "DeleteBucket", "GetBucketLocation", "GetBucketVersioning",
-    "ListObjectVersions", "ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "PutObject",
-    "CopyObject", "DeleteObject", "DeleteObjects", "CreateMultipartUpload", "UploadPart", "UploadPartCopy",
-    "CompleteMultipartUpload", "AbortMultipartUpload", "ListParts", "ListMultipartUploads", "Unknown",
-)  # fmt: skip
-BACKEND_OPERATIONS = (
-    "GetObject", "HeadObject", "PutObject", "DeleteObject", "ListObjectsV2", "CopyObject",
-    "CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload",
-    "AbortMultipartUpload", "ListMultipartUploads", "CreateBucket", "DeleteBucket", "HeadBucket",
     "ListBuckets",
-)  # fmt: skip
+    "CreateBucket",
+    "HeadBucket",
+    "DeleteBucket",
+    "GetBucketLocation",
+    "GetBucketVersioning",
+    "ListObjectVersions",
+    "ListObjectsV2",
+    "ListObjects",
+    "HeadObject",
+    "GetObject",
+    "PutObject",
+    "CopyObject",
+    "DeleteObject",
+    "DeleteObjects",
+    "CreateMultipartUpload",
+    "UploadPart",
+    "UploadPartCopy",
+    "CompleteMultipartUpload",
+    "AbortMultipartUpload",
+    "ListParts",
+    "ListMultipartUploads",
+    "Unknown",
+)
+BACKEND_OPERATIONS = (
+    "GetObject",
+    "HeadObject",
+    "PutObject",
+    "DeleteObject",
+    "ListObjectsV2",
+    "CopyObject",
+    "CreateMultipartUpload",
+    "UploadPart",
+    "UploadPartCopy",
+    "CompleteMultipartUpload",
+    "AbortMultipartUpload",
+    "ListMultipartUploads",
+    "CreateBucket",
+    "DeleteBucket",
+    "HeadBucket",
+    "ListBuckets",
+)
 
 
 class Metrics:
@@ -34,34 +65,52 @@ class Metrics:
         r = self.registry = registry or CollectorRegistry()
         # Client side.
         self.requests = Counter(
-            "tsproxy_requests_total", "Client S3 requests by operation and HTTP status.", ["operation", "status"], registry=r
+            "tsproxy_requests_total",
+            "Client S3 requests by operation and HTTP status.",
+            ["operation", "status"],
+            registry=r,
         )
         self.request_seconds = Histogram(
-            "tsproxy_request_duration_seconds", "Client request latency, first byte in to last byte out.",
-            ["operation"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "tsproxy_request_duration_seconds",
+            "Client request latency, first byte in to last byte out.",
+            ["operation"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.client_bytes_in = Counter(
-            "tsproxy_client_received_bytes_total", "Object bytes received from clients (original bytes).", registry=r
+            "tsproxy_client_received_bytes_total",
+            "Object bytes received from clients (original bytes).",
+            registry=r,
         )
         self.client_bytes_out = Counter(
             "tsproxy_client_sent_bytes_total", "Object bytes sent to clients (original bytes).", registry=r
         )
         self.in_flight = Gauge("tsproxy_requests_in_flight", "Client requests being served.", registry=r)
         self.multipart_in_progress = Gauge(
-            "tsproxy_multipart_uploads_in_progress", "Client part uploads being received right now.", registry=r
+            "tsproxy_multipart_uploads_in_progress",
+            "Client part uploads being received right now.",
+            registry=r,
         )
         # Backend side.
         self.backend_requests = Counter(
-            "tsproxy_backend_requests_total", "Backend requests by operation and outcome (ok or an error code).",
-            ["operation", "outcome"], registry=r,
-        )  # fmt: skip
+            "tsproxy_backend_requests_total",
+            "Backend requests by operation and outcome (ok or an error code).",
+            ["operation", "outcome"],
+            registry=r,
+        )
         self.backend_retries = Counter(
-            "tsproxy_backend_retries_total", "Backend requests retried, by operation.", ["operation"], registry=r
+            "tsproxy_backend_retries_total",
+            "Backend requests retried, by operation.",
+            ["operation"],
+            registry=r,
         )
         self.backend_seconds = Histogram(
-            "tsproxy_backend_request_duration_seconds", "Backend request latency.", ["operation"],
-            buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "tsproxy_backend_request_duration_seconds",
+            "Backend request latency.",
+            ["operation"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.backend_bytes_in = Counter(
             "tsproxy_backend_received_bytes_total", "Stored bytes read from the backend.", registry=r
         )
@@ -73,40 +122,64 @@ class Metrics:
             "tsproxy_transform_original_bytes_total", "Original bytes of chunks stored.", registry=r
         )
         self.transform_stored_bytes = Counter(
-            "tsproxy_transform_stored_bytes_total", "Stored bytes of chunks after compression and encryption.",
+            "tsproxy_transform_stored_bytes_total",
+            "Stored bytes of chunks after compression and encryption.",
             registry=r,
-        )  # fmt: skip
+        )
         self.transform_cpu_seconds = Counter(
-            "tsproxy_transform_cpu_seconds_total", "Thread CPU seconds spent transforming, by direction.",
-            ["direction"], registry=r,
-        )  # fmt: skip
+            "tsproxy_transform_cpu_seconds_total",
+            "Thread CPU seconds spent transforming, by direction.",
+            ["direction"],
+            registry=r,
+        )
         self.integrity_errors = Counter(
-            "tsproxy_integrity_errors_total", "Stored data that failed authentication or a checksum.", registry=r
+            "tsproxy_integrity_errors_total",
+            "Stored data that failed authentication or a checksum.",
+            registry=r,
         )
         # Cache.
         self.cache_requests = Counter(
-            "tsproxy_cache_requests_total", "Chunk cache lookups by result (hit or miss).", ["result"], registry=r
+            "tsproxy_cache_requests_total",
+            "Chunk cache lookups by result (hit or miss).",
+            ["result"],
+            registry=r,
         )
         self.cache_bytes = Counter(
-            "tsproxy_cache_bytes_total", "Chunk bytes served from cache (hit) or fetched (miss).", ["result"], registry=r
+            "tsproxy_cache_bytes_total",
+            "Chunk bytes served from cache (hit) or fetched (miss).",
+            ["result"],
+            registry=r,
         )
-        self.cache_size = Gauge("tsproxy_cache_size_bytes", "Bytes held by the chunk cache on disk.", registry=r)
+        self.cache_size = Gauge(
+            "tsproxy_cache_size_bytes", "Bytes held by the chunk cache on disk.", registry=r
+        )
         self.cache_limit = Gauge("tsproxy_cache_limit_bytes", "Configured chunk cache size.", registry=r)
         self.cache_evictions = Counter(
-            "tsproxy_cache_evictions_total", "Chunks evicted from the cache to stay within its size.", registry=r
+            "tsproxy_cache_evictions_total",
+            "Chunks evicted from the cache to stay within its size.",
+            registry=r,
         )
         self.cache_corrupt = Counter(
-            "tsproxy_cache_corrupt_total", "Cache entries that failed their checksum and were refetched.", registry=r
+            "tsproxy_cache_corrupt_total",
+            "Cache entries that failed their checksum and were refetched.",
+            registry=r,
         )
         self.singleflight_joins = Counter(
-            "tsproxy_singleflight_joins_total", "Chunk reads that joined a download already under way.", registry=r
+            "tsproxy_singleflight_joins_total",
+            "Chunk reads that joined a download already under way.",
+            registry=r,
         )
         self.prefetch_chunks = Counter(
-            "tsproxy_prefetch_chunks_total", "Prefetched chunks by fate: issued, used, wasted (evicted unread).",
-            ["state"], registry=r,
-        )  # fmt: skip
+            "tsproxy_prefetch_chunks_total",
+            "Prefetched chunks by fate: issued, used, wasted (evicted unread).",
+            ["state"],
+            registry=r,
+        )
         self.manifest_cache = Counter(
-            "tsproxy_manifest_cache_requests_total", "Manifest cache lookups by result.", ["result"], registry=r
+            "tsproxy_manifest_cache_requests_total",
+            "Manifest cache lookups by result.",
+            ["result"],
+            registry=r,
         )
         self.prime()
 

@@ -123,7 +123,12 @@ class PartRecord:
         head, _, seg = data.partition(b"\n")
         fields = json.loads(head)
         return cls(
-            fields["part"], fields["etag"], fields["size"], fields["data"], SegmentInfo.from_bytes(seg), last_modified
+            fields["part"],
+            fields["etag"],
+            fields["size"],
+            fields["data"],
+            SegmentInfo.from_bytes(seg),
+            last_modified,
         )
 
 
@@ -163,7 +168,9 @@ class UploadState:
             f["upload_id"],
             f["key"],
             base64.b64decode(f["ctx"]),
-            TransformSettings(chunk_size=chunk_size, compression=compression, level=level, encryption=encryption),
+            TransformSettings(
+                chunk_size=chunk_size, compression=compression, level=level, encryption=encryption
+            ),
             f["content_type"],
             f["metadata"],
             f["headers"],
@@ -345,7 +352,9 @@ class ObjectService:
         internal = self.ns.internal(bucket, "")
         while True:
             inner = await self.backend.list(internal.bucket, prefix=internal.key, max_keys=1000)
-            keys = [o.key for o in inner.objects if not (self.ns.mapped and o.key.endswith(INTERNAL + "bucket"))]
+            keys = [
+                o.key for o in inner.objects if not (self.ns.mapped and o.key.endswith(INTERNAL + "bucket"))
+            ]
             if keys:
                 await self.backend.delete_many(internal.bucket, keys)
             if not inner.is_truncated or not keys:
@@ -383,19 +392,37 @@ class ObjectService:
         if META_FORMAT not in meta:
             user = {k: unquote(v) for k, v in meta.items()}
             return StoredObject(
-                loc, info.size, info.etag, info.last_modified, info.content_type, user, {}, info.etag,
+                loc,
+                info.size,
+                info.etag,
+                info.last_modified,
+                info.content_type,
+                user,
+                {},
+                info.etag,
                 backend_metadata=meta,
-            )  # fmt: skip
+            )
         tail_len = int(meta[META_TAIL]) if meta.get(META_TAIL, "").isdigit() else 0
         if tail_len <= TRAILER_SIZE or tail_len > info.size:
-            _, trailer = await self.backend.get_bytes(loc.bucket, loc.key, -TRAILER_SIZE, None, if_match=info.etag)
+            _, trailer = await self.backend.get_bytes(
+                loc.bucket, loc.key, -TRAILER_SIZE, None, if_match=info.etag
+            )
             tail_len = tail_length(trailer)
         _, tail = await self.backend.get_bytes(loc.bucket, loc.key, -tail_len, None, if_match=info.etag)
         manifest, ctx = await self._cpu("read", decode_tail, tail, self.keyring)
         return StoredObject(
-            loc, manifest.size, manifest.etag, info.last_modified, manifest.content_type, dict(manifest.metadata),
-            dict(manifest.headers), info.etag, manifest, ctx, meta,
-        )  # fmt: skip
+            loc,
+            manifest.size,
+            manifest.etag,
+            info.last_modified,
+            manifest.content_type,
+            dict(manifest.metadata),
+            dict(manifest.headers),
+            info.etag,
+            manifest,
+            ctx,
+            meta,
+        )
 
     def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
         """The original bytes first..last (inclusive) of a resolved object, streamed."""
@@ -481,9 +508,15 @@ class ObjectService:
                     yield item
             seg: SegmentInfo = result["segment"]
             manifest = build_manifest(
-                ctx, settings, [seg], etag=etag or seg.md5.hex(), md5=seg.md5, content_type=content_type,
-                metadata=metadata, headers=headers,
-            )  # fmt: skip
+                ctx,
+                settings,
+                [seg],
+                etag=etag or seg.md5.hex(),
+                md5=seg.md5,
+                content_type=content_type,
+                metadata=metadata,
+                headers=headers,
+            )
             tail = await self._cpu("store", encode_tail, manifest, ctx)
             result["manifest"], result["tail"] = manifest, len(tail)
             yield tail
@@ -494,7 +527,9 @@ class ObjectService:
         if stream is None:
             manifest = result["manifest"]
             meta = manifest.backend_metadata(result["tail"])
-            info = await self.backend.put(loc.bucket, loc.key, buffered, metadata=meta, content_type=content_type)
+            info = await self.backend.put(
+                loc.bucket, loc.key, buffered, metadata=meta, content_type=content_type
+            )
         else:
             meta = {META_FORMAT: "1"}
             if size_hint is not None:
@@ -505,9 +540,18 @@ class ObjectService:
             manifest = result["manifest"]
         self.invalidate(bucket, key)
         return StoredObject(
-            loc, manifest.size, manifest.etag, info.last_modified, content_type, dict(metadata), dict(headers),
-            info.etag, manifest, ctx, meta,
-        )  # fmt: skip
+            loc,
+            manifest.size,
+            manifest.etag,
+            info.last_modified,
+            content_type,
+            dict(metadata),
+            dict(headers),
+            info.etag,
+            manifest,
+            ctx,
+            meta,
+        )
 
     async def delete(self, bucket: str, key: str) -> None:
         loc = self.ns.object(bucket, key)
@@ -537,24 +581,44 @@ class ObjectService:
         if src.manifest is None or src.ctx is None:
             meta = {k: _encode_meta_value(v) for k, v in metadata.items()} if replace else None
             info = await self.backend.copy(
-                src.loc.bucket, src.loc.key, dst.bucket, dst.key, metadata=meta,
+                src.loc.bucket,
+                src.loc.key,
+                dst.bucket,
+                dst.key,
+                metadata=meta,
                 content_type=content_type if replace else None,
-            )  # fmt: skip
+            )
             self.invalidate(bucket, key)
             return await self.resolve(bucket, key) if info is None else await self._load(dst, info)
         manifest, ctx = src.manifest, src.ctx
         if replace:
-            manifest = manifest.replace(content_type=content_type, metadata=dict(metadata), headers=dict(headers))
+            manifest = manifest.replace(
+                content_type=content_type, metadata=dict(metadata), headers=dict(headers)
+            )
         tail = await self._cpu("store", encode_tail, manifest, ctx)
         pieces = [Piece(src.loc, 0, manifest.data_size - 1)] if manifest.data_size else []
         info = await self.assemble(
-            dst, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type, src_etag=src.backend_etag
+            dst,
+            pieces,
+            tail,
+            manifest.backend_metadata(len(tail)),
+            manifest.content_type,
+            src_etag=src.backend_etag,
         )
         self.invalidate(bucket, key)
         return StoredObject(
-            dst, manifest.size, manifest.etag, info.last_modified, manifest.content_type, dict(manifest.metadata),
-            dict(manifest.headers), info.etag, manifest, ctx, manifest.backend_metadata(len(tail)),
-        )  # fmt: skip
+            dst,
+            manifest.size,
+            manifest.etag,
+            info.last_modified,
+            manifest.content_type,
+            dict(manifest.metadata),
+            dict(manifest.headers),
+            info.etag,
+            manifest,
+            ctx,
+            manifest.backend_metadata(len(tail)),
+        )
 
     async def assemble(
         self,
@@ -573,12 +637,16 @@ class ObjectService:
         minimum never cause EntityTooSmall. The tail always ends the last part.
         """
         min_part = getattr(self.backend, "min_part_size", MIN_PART_SIZE)
-        upload_id = await self.backend.create_multipart(dst.bucket, dst.key, metadata=metadata, content_type=content_type)
+        upload_id = await self.backend.create_multipart(
+            dst.bucket, dst.key, metadata=metadata, content_type=content_type
+        )
         parts: list[tuple[int, str]] = []
         spool = bytearray()
 
         async def flush() -> None:
-            etag = await self.backend.upload_part(dst.bucket, dst.key, upload_id, len(parts) + 1, bytes(spool))
+            etag = await self.backend.upload_part(
+                dst.bucket, dst.key, upload_id, len(parts) + 1, bytes(spool)
+            )
             parts.append((len(parts) + 1, etag))
             spool.clear()
 
@@ -589,9 +657,15 @@ class ObjectService:
                 size = piece.last - piece.first + 1
                 if not spool and size >= min_part:
                     etag = await self.backend.upload_part_copy(
-                        dst.bucket, dst.key, upload_id, len(parts) + 1, piece.loc.bucket, piece.loc.key,
-                        piece.first, piece.last,
-                    )  # fmt: skip
+                        dst.bucket,
+                        dst.key,
+                        upload_id,
+                        len(parts) + 1,
+                        piece.loc.bucket,
+                        piece.loc.key,
+                        piece.first,
+                        piece.last,
+                    )
                     parts.append((len(parts) + 1, etag))
                     continue
                 reader = await self.backend.get(piece.loc.bucket, piece.loc.key, piece.first, piece.last)
@@ -615,17 +689,31 @@ class ObjectService:
         return self.ns.internal(bucket, f"mpu/{upload_id}/{name}")
 
     async def create_upload(
-        self, bucket: str, key: str, *, content_type: str | None, metadata: Mapping[str, str], headers: Mapping[str, str]
+        self,
+        bucket: str,
+        key: str,
+        *,
+        content_type: str | None,
+        metadata: Mapping[str, str],
+        headers: Mapping[str, str],
     ) -> str:
         await self.head_bucket(bucket)
         ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
         upload_id = secrets.token_urlsafe(24)
         state = UploadState(
-            upload_id, key, ctx.to_state(), self.settings, content_type, dict(metadata), dict(headers),
+            upload_id,
+            key,
+            ctx.to_state(),
+            self.settings,
+            content_type,
+            dict(metadata),
+            dict(headers),
             datetime.now(UTC),
-        )  # fmt: skip
+        )
         loc = self._upload_loc(bucket, upload_id, "state")
-        await self.backend.put(loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": _encode_meta_value(key)})
+        await self.backend.put(
+            loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": _encode_meta_value(key)}
+        )
         self._uploads.put(upload_id, state)
         return upload_id
 
@@ -696,7 +784,9 @@ class ObjectService:
         records = await _bounded_gather(16, infos, load)
         return state, sorted(records, key=lambda r: r.part_no)
 
-    async def complete_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> StoredObject:
+    async def complete_upload(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> StoredObject:
         """Build the final object from the listed parts, in order; the upload's state is removed after."""
         if not parts:
             raise errors.MalformedXML()
@@ -709,27 +799,49 @@ class ObjectService:
                 raise errors.InvalidPart(UploadId=upload_id, PartNumber=str(no), ETag=etag)
             if i < len(parts) - 1 and record.size < MIN_PART_SIZE:
                 raise errors.EntityTooSmall(
-                    ProposedSize=str(record.size), MinSizeAllowed=str(MIN_PART_SIZE), PartNumber=str(no), ETag=etag
+                    ProposedSize=str(record.size),
+                    MinSizeAllowed=str(MIN_PART_SIZE),
+                    PartNumber=str(no),
+                    ETag=etag,
                 )
             chosen.append(record)
         ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
         etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
         manifest = build_manifest(
-            ctx, state.settings, [r.segment for r in chosen], etag=etag, md5=None, content_type=state.content_type,
-            metadata=state.metadata, headers=state.headers,
-        )  # fmt: skip
+            ctx,
+            state.settings,
+            [r.segment for r in chosen],
+            etag=etag,
+            md5=None,
+            content_type=state.content_type,
+            metadata=state.metadata,
+            headers=state.headers,
+        )
         tail = await self._cpu("store", encode_tail, manifest, ctx)
         root = self.ns.root(bucket)
-        pieces = [Piece(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1) for r in chosen if r.segment.stored_size]
+        pieces = [
+            Piece(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
+            for r in chosen
+            if r.segment.stored_size
+        ]
         dst = self.ns.object(bucket, key)
         meta = manifest.backend_metadata(len(tail))
         info = await self.assemble(dst, pieces, tail, meta, state.content_type)
         self.invalidate(bucket, key)
         await _quietly(self._drop_upload(bucket, upload_id))
         return StoredObject(
-            dst, manifest.size, manifest.etag, info.last_modified, state.content_type, dict(state.metadata),
-            dict(state.headers), info.etag, manifest, ctx, meta,
-        )  # fmt: skip
+            dst,
+            manifest.size,
+            manifest.etag,
+            info.last_modified,
+            state.content_type,
+            dict(state.metadata),
+            dict(state.headers),
+            info.etag,
+            manifest,
+            ctx,
+            meta,
+        )
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload_state(bucket, key, upload_id)
@@ -781,7 +893,9 @@ class ObjectService:
         manifest, ctx = await self._cpu("store", rewrap_manifest, obj.manifest, obj.ctx, self.keyring)
         tail = await self._cpu("store", encode_tail, manifest, ctx)
         pieces = [Piece(obj.loc, 0, manifest.data_size - 1)] if manifest.data_size else []
-        await self.assemble(obj.loc, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type)
+        await self.assemble(
+            obj.loc, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type
+        )
         self.invalidate(bucket, key)
         return True
 
@@ -801,14 +915,21 @@ class ObjectService:
         await self.head_bucket(bucket) if self.ns.mapped else None
         root = self.ns.root(bucket)
         page: ListPage = await self.backend.list(
-            root.bucket, prefix=root.key + prefix, delimiter=delimiter,
-            start_after=(root.key + start_after) if start_after else None, token=token, max_keys=max_keys,
-        )  # fmt: skip
+            root.bucket,
+            prefix=root.key + prefix,
+            delimiter=delimiter,
+            start_after=(root.key + start_after) if start_after else None,
+            token=token,
+            max_keys=max_keys,
+        )
         visible = [(o, self.ns.client_key(bucket, o.key)) for o in page.objects]
         entries = [(o, k) for o, k in visible if k is not None]
-        summaries = await _bounded_gather(16, [o for o, _ in entries], lambda o: self._summary(root.bucket, o))
+        summaries = await _bounded_gather(
+            16, [o for o, _ in entries], lambda o: self._summary(root.bucket, o)
+        )
         objects = [
-            ListedObject(k, size, etag, o.last_modified) for (o, k), (size, etag) in zip(entries, summaries, strict=True)
+            ListedObject(k, size, etag, o.last_modified)
+            for (o, k), (size, etag) in zip(entries, summaries, strict=True)
         ]
         prefixes = []
         for p in page.common_prefixes:

@@ -93,7 +93,9 @@ def operation(name: str) -> Callable[[Handler], Handler]:
 class Proxy:
     """Everything a running server holds: config, backend, key ring, cache, object service, metrics."""
 
-    def __init__(self, cfg: Config, *, backend: Backend | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, cfg: Config, *, backend: Backend | None = None, metrics: Metrics | None = None
+    ) -> None:
         self.cfg = cfg
         self.metrics = metrics or Metrics()
         self.secrets = {c.access_key: c.secret_key for c in cfg.credentials}
@@ -115,21 +117,37 @@ class Proxy:
             self.keyring = await asyncio.to_thread(_load_keyring, cfg)
         await self.backend.start()
         if cfg.cache_dir is not None:
-            cache_key = self.keyring.cache_key() if (cfg.cache_encrypt and self.keyring is not None) else None
+            cache_key = (
+                self.keyring.derive_key("chunk cache") if (cfg.cache_encrypt and self.keyring) else None
+            )
             self.cache = await asyncio.to_thread(
-                ChunkCache, cfg.cache_dir, cfg.cache_size, encryption_key=cache_key, executor=self.io_executor,
+                ChunkCache,
+                cfg.cache_dir,
+                cfg.cache_size,
+                encryption_key=cache_key,
+                executor=self.io_executor,
                 metrics=self.metrics,
-            )  # fmt: skip
-        self.reader = ChunkReader(self.cache, self.executor, prefetch_bytes=cfg.prefetch, metrics=self.metrics)
+            )
+        self.reader = ChunkReader(
+            self.cache, self.executor, prefetch_bytes=cfg.prefetch, metrics=self.metrics
+        )
         settings = TransformSettings(
-            chunk_size=cfg.chunk_size, compression=cfg.compression, level=cfg.compression_level,  # type: ignore[arg-type]
+            chunk_size=cfg.chunk_size,
+            compression=cfg.compression,  # type: ignore[arg-type]  # validated by config
+            level=cfg.compression_level,
             encryption=cfg.encryption,
-        )  # fmt: skip
+        )
         self.service = ObjectService(
-            self.backend, self.keyring, settings, self.reader, self.executor,
-            namespace=Namespace(cfg.backend_bucket, cfg.backend_prefix), metrics=self.metrics,
-            part_size=cfg.backend_part_size, metadata_ttl=cfg.metadata_ttl,
-        )  # fmt: skip
+            self.backend,
+            self.keyring,
+            settings,
+            self.reader,
+            self.executor,
+            namespace=Namespace(cfg.backend_bucket, cfg.backend_prefix),
+            metrics=self.metrics,
+            part_size=cfg.backend_part_size,
+            metadata_ttl=cfg.metadata_ttl,
+        )
         if cfg.local_backend:
             await _ensure_local_root(cfg)
         self.ready = True
@@ -151,7 +169,9 @@ class Proxy:
 
 
 def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
-    def on_request(op: str, outcome: str, seconds: float, retries: int, bytes_in: int, bytes_out: int) -> None:
+    def on_request(
+        op: str, outcome: str, seconds: float, retries: int, bytes_in: int, bytes_out: int
+    ) -> None:
         metrics.backend_requests.labels(op, outcome).inc()
         metrics.backend_seconds.labels(op).observe(seconds)
         if retries:
@@ -162,10 +182,15 @@ def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
     if cfg.local_backend:
         return open_backend("file://" + str(cfg.backend_path().resolve()), on_request=on_request)
     return open_backend(
-        cfg.backend, region=cfg.backend_region, path_style=cfg.backend_path_style, part_size=cfg.backend_part_size,
-        access_key=cfg.backend_access_key, secret_key=cfg.backend_secret_key, max_attempts=cfg.backend_max_attempts,
+        cfg.backend,
+        region=cfg.backend_region,
+        path_style=cfg.backend_path_style,
+        part_size=cfg.backend_part_size,
+        access_key=cfg.backend_access_key,
+        secret_key=cfg.backend_secret_key,
+        max_attempts=cfg.backend_max_attempts,
         on_request=on_request,
-    )  # fmt: skip
+    )
 
 
 def _load_keyring(cfg: Config) -> KeyRing:
@@ -222,16 +247,26 @@ async def handle(request: web.Request) -> web.StreamResponse:
         try:
             query = _query(raw_query)
             s3 = route(
-                request.method, request.headers.get("Host", ""), raw_path, query, request.headers,
+                request.method,
+                request.headers.get("Host", ""),
+                raw_path,
+                query,
+                request.headers,
                 proxy.cfg.virtual_host_suffixes,
-            )  # fmt: skip
+            )
             op = s3.operation
             if s3.key is not None and (s3.key.startswith(INTERNAL) or s3.key == INTERNAL.rstrip("/")):
                 raise errors.AccessDenied("Keys under .tsproxy/ are reserved.")
             auth = verify(
-                request.method, raw_path, raw_query, request.headers, proxy.secrets.get, datetime.now(UTC),
-                allow_anonymous=proxy.cfg.anonymous, max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
-            )  # fmt: skip
+                request.method,
+                raw_path,
+                raw_query,
+                request.headers,
+                proxy.secrets.get,
+                datetime.now(UTC),
+                allow_anonymous=proxy.cfg.anonymous,
+                max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
+            )
             if proxy.draining and op in ("PutObject", "UploadPart", "CreateMultipartUpload", "CopyObject"):
                 raise errors.ServiceUnavailable("tsproxy is shutting down.")
             call = Call(request, s3, query, auth, request_id)
@@ -239,13 +274,18 @@ async def handle(request: web.Request) -> web.StreamResponse:
         except errors.S3Error as e:
             error_code = e.code
             if e.status >= 500:
-                log.warning("request failed", extra={"fields": {"request_id": request_id, "code": e.code, "error": str(e)}})
+                log.warning(
+                    "request failed",
+                    extra={"fields": {"request_id": request_id, "code": e.code, "error": str(e)}},
+                )
             response = _error_response(e, raw_path, request_id, request.method)
         except (errors.FormatError, errors.KeyNotFound) as e:
             # Stored data that cannot be read is our problem, not the client's: 500, never bytes.
             error_code = "InternalError"
             metrics.integrity_errors.inc()
-            log.error("stored object unreadable", extra={"fields": {"request_id": request_id, "error": repr(e)}})
+            log.error(
+                "stored object unreadable", extra={"fields": {"request_id": request_id, "error": repr(e)}}
+            )
             response = _error_response(errors.InternalError(), raw_path, request_id, request.method)
         except (asyncio.CancelledError, ConnectionResetError):
             raise
@@ -265,10 +305,16 @@ async def handle(request: web.Request) -> web.StreamResponse:
         metrics.requests.labels(op, status).inc()
         metrics.request_seconds.labels(op).observe(elapsed)
         fields: dict[str, Any] = {
-            "request_id": request_id, "remote": request.remote, "method": request.method, "path": raw_path,
-            "query": redact(raw_query), "operation": op, "status": int(status) if status.isdigit() else status,
-            "duration_ms": round(elapsed * 1000, 2), "user_agent": request.headers.get("User-Agent", ""),
-        }  # fmt: skip
+            "request_id": request_id,
+            "remote": request.remote,
+            "method": request.method,
+            "path": raw_path,
+            "query": redact(raw_query),
+            "operation": op,
+            "status": int(status) if status.isdigit() else status,
+            "duration_ms": round(elapsed * 1000, 2),
+            "user_agent": request.headers.get("User-Agent", ""),
+        }
         if call is not None:
             fields.update(access_key=call.auth.access_key, bytes_in=call.bytes_in, bytes_out=call.bytes_out)
         if error_code:
@@ -370,16 +416,22 @@ def _max_keys(query: Mapping[str, str], name: str = "max-keys", default: int = 1
     try:
         value = int(raw)
     except ValueError:
-        raise errors.InvalidArgument("Provided max-keys not an integer or within integer range", ArgumentName=name) from None
+        raise errors.InvalidArgument(
+            "Provided max-keys not an integer or within integer range", ArgumentName=name
+        ) from None
     if value < 0:
-        raise errors.InvalidArgument("Argument maxKeys must be an integer between 0 and 2147483647", ArgumentName=name)
+        raise errors.InvalidArgument(
+            "Argument maxKeys must be an integer between 0 and 2147483647", ArgumentName=name
+        )
     return min(value, 1000)
 
 
 def _encoding_type(query: Mapping[str, str]) -> str | None:
     enc = query.get("encoding-type")
     if enc not in (None, "url"):
-        raise errors.InvalidArgument("Invalid Encoding Method specified in Request", ArgumentName="encoding-type")
+        raise errors.InvalidArgument(
+            "Invalid Encoding Method specified in Request", ArgumentName="encoding-type"
+        )
     return enc
 
 
@@ -390,20 +442,35 @@ async def list_objects_v2(proxy: Proxy, call: Call) -> web.StreamResponse:
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter") or None
     token, start_after = q.get("continuation-token") or None, q.get("start-after") or None
     encoding = _encoding_type(q)
-    page = await proxy.objects.list_objects(
-        call.bucket, prefix=prefix, delimiter=delimiter, start_after=start_after, token=token, max_keys=max(max_keys, 1)
-    ) if max_keys else None  # fmt: skip
+    page = (
+        await proxy.objects.list_objects(
+            call.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            start_after=start_after,
+            token=token,
+            max_keys=max(max_keys, 1),
+        )
+        if max_keys
+        else None
+    )
     return _xml(
         xml.list_objects_v2_xml(
-            bucket=call.bucket, prefix=prefix, delimiter=delimiter, max_keys=max_keys,
+            bucket=call.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            max_keys=max_keys,
             objects=[_entry(o) for o in page.objects] if page else [],
             common_prefixes=page.common_prefixes if page else [],
             is_truncated=page.is_truncated if page else False,
-            continuation_token=token, next_continuation_token=page.next_token if page and page.is_truncated else None,
-            start_after=start_after, encoding_type=encoding, fetch_owner=q.get("fetch-owner") == "true",
+            continuation_token=token,
+            next_continuation_token=page.next_token if page and page.is_truncated else None,
+            start_after=start_after,
+            encoding_type=encoding,
+            fetch_owner=q.get("fetch-owner") == "true",
             owner_id=OWNER_ID,
         )
-    )  # fmt: skip
+    )
 
 
 @operation("ListObjects")
@@ -412,9 +479,13 @@ async def list_objects_v1(proxy: Proxy, call: Call) -> web.StreamResponse:
     max_keys = _max_keys(q)
     prefix, delimiter, marker = q.get("prefix", ""), q.get("delimiter") or None, q.get("marker") or None
     encoding = _encoding_type(q)
-    page = await proxy.objects.list_objects(
-        call.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max(max_keys, 1)
-    ) if max_keys else None  # fmt: skip
+    page = (
+        await proxy.objects.list_objects(
+            call.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max(max_keys, 1)
+        )
+        if max_keys
+        else None
+    )
     next_marker = None
     if page is not None and page.is_truncated:
         last_key = page.objects[-1].key if page.objects else ""
@@ -422,13 +493,19 @@ async def list_objects_v1(proxy: Proxy, call: Call) -> web.StreamResponse:
         next_marker = max(last_key, last_prefix)
     return _xml(
         xml.list_objects_v1_xml(
-            bucket=call.bucket, prefix=prefix, delimiter=delimiter, max_keys=max_keys, marker=marker,
+            bucket=call.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            max_keys=max_keys,
+            marker=marker,
             objects=[_entry(o) for o in page.objects] if page else [],
             common_prefixes=page.common_prefixes if page else [],
-            is_truncated=page.is_truncated if page else False, next_marker=next_marker, encoding_type=encoding,
+            is_truncated=page.is_truncated if page else False,
+            next_marker=next_marker,
+            encoding_type=encoding,
             owner_id=OWNER_ID,
         )
-    )  # fmt: skip
+    )
 
 
 @operation("ListObjectVersions")
@@ -438,21 +515,31 @@ async def list_object_versions(proxy: Proxy, call: Call) -> web.StreamResponse:
     max_keys = _max_keys(q)
     prefix, delimiter, marker = q.get("prefix", ""), q.get("delimiter") or None, q.get("key-marker") or None
     encoding = _encoding_type(q)
-    page = await proxy.objects.list_objects(
-        call.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max(max_keys, 1)
-    ) if max_keys else None  # fmt: skip
+    page = (
+        await proxy.objects.list_objects(
+            call.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max(max_keys, 1)
+        )
+        if max_keys
+        else None
+    )
     next_marker = None
     if page is not None and page.is_truncated:
         next_marker = max([o.key for o in page.objects] + page.common_prefixes)
     return _xml(
         xml.list_object_versions_xml(
-            bucket=call.bucket, prefix=prefix, delimiter=delimiter, max_keys=max_keys, key_marker=marker,
+            bucket=call.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            max_keys=max_keys,
+            key_marker=marker,
             objects=[_entry(o) for o in page.objects] if page else [],
             common_prefixes=page.common_prefixes if page else [],
-            is_truncated=page.is_truncated if page else False, next_key_marker=next_marker,
-            encoding_type=encoding, owner_id=OWNER_ID,
+            is_truncated=page.is_truncated if page else False,
+            next_key_marker=next_marker,
+            encoding_type=encoding,
+            owner_id=OWNER_ID,
         )
-    )  # fmt: skip
+    )
 
 
 def _entry(o: Any) -> xml.ObjectEntry:
@@ -521,7 +608,9 @@ async def _send_object(proxy: Proxy, call: Call, obj: StoredObject, *, head: boo
     except Exception as e:
         # Headers are gone: the only honest signal left is to cut the connection short.
         proxy.metrics.integrity_errors.inc() if isinstance(e, errors.FormatError) else None
-        log.error("read failed mid-response", extra={"fields": {"request_id": call.request_id, "error": repr(e)}})
+        log.error(
+            "read failed mid-response", extra={"fields": {"request_id": call.request_id, "error": repr(e)}}
+        )
         call.bytes_out = sent
         proxy.metrics.client_bytes_out.inc(sent)
         if request.transport is not None:
@@ -552,9 +641,14 @@ async def put_object(proxy: Proxy, call: Call) -> web.StreamResponse:
     result = BodyResult()
     size_hint = _decoded_length(h)
     obj = await proxy.objects.put(
-        call.bucket, call.key, _client_payload(call, result), content_type=_content_type(h),
-        metadata=_user_metadata(h), headers={**_stored_headers(h)}, size_hint=size_hint,
-    )  # fmt: skip
+        call.bucket,
+        call.key,
+        _client_payload(call, result),
+        content_type=_content_type(h),
+        metadata=_user_metadata(h),
+        headers={**_stored_headers(h)},
+        size_hint=size_hint,
+    )
     proxy.metrics.client_bytes_in.inc(result.size)
     headers = {"ETag": f'"{obj.etag}"', **result.checksums}
     return web.Response(status=200, headers=headers)
@@ -601,15 +695,19 @@ async def copy_object(proxy: Proxy, call: Call) -> web.StreamResponse:
     same = proxy.objects.ns.object(call.bucket, call.key) == src.loc
     if same and not replace:
         raise errors.InvalidRequest(
-            "This copy request is illegal because it is trying to copy an object to itself without changing the "
+            "This copy request is illegal because it is trying to copy an object to itself without changing "
+            "the "
             "object's metadata, storage class, website redirect location or encryption attributes."
         )
     obj = await proxy.objects.copy(
-        src, call.bucket, call.key, replace=replace,
+        src,
+        call.bucket,
+        call.key,
+        replace=replace,
         content_type=_content_type(h) if replace else src.content_type,
         metadata=_user_metadata(h) if replace else src.metadata,
         headers=_stored_headers(h) if replace else src.headers,
-    )  # fmt: skip
+    )
     return _xml(xml.copy_object_xml(obj.etag, obj.last_modified))
 
 
@@ -650,7 +748,11 @@ async def _small_body(call: Call, limit: int = 1 << 20) -> bytes:
 async def create_multipart_upload(proxy: Proxy, call: Call) -> web.StreamResponse:
     h = call.request.headers
     upload_id = await proxy.objects.create_upload(
-        call.bucket, call.key, content_type=_content_type(h), metadata=_user_metadata(h), headers=_stored_headers(h)
+        call.bucket,
+        call.key,
+        content_type=_content_type(h),
+        metadata=_user_metadata(h),
+        headers=_stored_headers(h),
     )
     return _xml(xml.initiate_multipart_xml(call.bucket, call.key, upload_id))
 
@@ -690,7 +792,8 @@ async def upload_part_copy(proxy: Proxy, call: Call) -> web.StreamResponse:
         parsed = ranges.parse_range(raw_range, src.size)
         if parsed is None or not raw_range.startswith("bytes=") or raw_range.startswith("bytes=-"):
             raise errors.InvalidArgument(
-                "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are "
+                "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last "
+                "are "
                 "the zero-based offsets of the first and last bytes to copy",
                 ArgumentName="x-amz-copy-source-range",
             )
@@ -764,12 +867,18 @@ async def list_parts(proxy: Proxy, call: Call) -> web.StreamResponse:
     truncated = len(after) > len(page)
     return _xml(
         xml.list_parts_xml(
-            bucket=call.bucket, key=call.key, upload_id=upload_id, part_number_marker=marker,
-            next_part_number_marker=page[-1].part_no if page else marker, max_parts=max_parts,
-            is_truncated=truncated, parts=[xml.PartEntry(r.part_no, r.etag, r.size, r.last_modified) for r in page],
-            owner_id=OWNER_ID, initiated=state.initiated,
+            bucket=call.bucket,
+            key=call.key,
+            upload_id=upload_id,
+            part_number_marker=marker,
+            next_part_number_marker=page[-1].part_no if page else marker,
+            max_parts=max_parts,
+            is_truncated=truncated,
+            parts=[xml.PartEntry(r.part_no, r.etag, r.size, r.last_modified) for r in page],
+            owner_id=OWNER_ID,
+            initiated=state.initiated,
         )
-    )  # fmt: skip
+    )
 
 
 @operation("ListMultipartUploads")
@@ -782,11 +891,15 @@ async def list_multipart_uploads(proxy: Proxy, call: Call) -> web.StreamResponse
     page = uploads[:max_uploads]
     return _xml(
         xml.list_multipart_uploads_xml(
-            bucket=call.bucket, prefix=prefix, key_marker=key_marker, max_uploads=max_uploads,
+            bucket=call.bucket,
+            prefix=prefix,
+            key_marker=key_marker,
+            max_uploads=max_uploads,
             is_truncated=len(uploads) > len(page),
-            uploads=[xml.UploadEntry(u.key, u.upload_id, u.initiated) for u in page], owner_id=OWNER_ID,
+            uploads=[xml.UploadEntry(u.key, u.upload_id, u.initiated) for u in page],
+            owner_id=OWNER_ID,
         )
-    )  # fmt: skip
+    )
 
 
 # -- health and metrics --------------------------------------------------------------------------------
@@ -840,7 +953,7 @@ def create_metrics_app(proxy: Proxy) -> web.Application:
 
 
 async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, then drain: stop accepting, let in-flight requests finish (grace period)."""
+    """Serve until SIGTERM/SIGINT, then drain: stop accepting, let in-flight requests finish (grace)."""
     proxy = Proxy(cfg)
     await proxy.start()
     runners = []
@@ -858,7 +971,10 @@ async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        log.info("listening", extra={"fields": {"listen": f"{cfg.listen[0]}:{cfg.listen[1]}", "backend": cfg.backend}})
+        log.info(
+            "listening",
+            extra={"fields": {"listen": f"{cfg.listen[0]}:{cfg.listen[1]}", "backend": cfg.backend}},
+        )
         if ready is not None:
             ready()
         await stop.wait()

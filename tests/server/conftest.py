@@ -22,13 +22,20 @@ def _ring(tmp: Path) -> Path:
 
 def start_proxy(kind: str, tmp: Path, request: pytest.FixtureRequest, **settings: Any) -> RunningProxy:
     """Start tsproxy on `kind` ("local" or "seaweed") with test settings."""
-    base: dict[str, Any] = {"cache_dir": str(tmp / "cache"), "key_ring": str(_ring(tmp)), "chunk_size": "256KiB",
-                            "cache_size": "64MiB", "metadata_ttl": "0s"}  # fmt: skip
+    base: dict[str, Any] = {
+        "cache_dir": str(tmp / "cache"),
+        "key_ring": str(_ring(tmp)),
+        "chunk_size": "256KiB",
+        "cache_size": "64MiB",
+        "metadata_ttl": "0s",
+    }
     if kind == "local":
         base["backend"] = f"file://{tmp / 'data'}"
     else:
         weed = request.getfixturevalue("seaweed")
-        base.update(backend=weed.endpoint, backend_access_key=weed.access_key, backend_secret_key=weed.secret_key)
+        base.update(
+            backend=weed.endpoint, backend_access_key=weed.access_key, backend_secret_key=weed.secret_key
+        )
     base.update(settings)
     return RunningProxy(base)
 

@@ -32,7 +32,11 @@ class RunningProxy:
 
     def __init__(self, settings: Mapping[str, Any], env: Mapping[str, str] | None = None) -> None:
         self.port, self.metrics_port = free_port(), free_port()
-        values = {"listen": f"127.0.0.1:{self.port}", "metrics_listen": f"127.0.0.1:{self.metrics_port}", **settings}
+        values = {
+            "listen": f"127.0.0.1:{self.port}",
+            "metrics_listen": f"127.0.0.1:{self.metrics_port}",
+            **settings,
+        }
         environment = {"TSPROXY_ACCESS_KEY": ACCESS_KEY, "TSPROXY_SECRET_KEY": SECRET_KEY, **(env or {})}
         self.cfg = tsconfig.load(values, env=environment)
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -71,12 +75,22 @@ class RunningProxy:
     def client(self, **config: Any) -> Any:
         """A boto3 S3 client with its default (current) checksum and signing settings."""
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-            region_name="us-east-1", config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-            **config),
-        )  # fmt: skip
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+            config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **config),
+        )
 
 
 def start_local(tmp: Path, **settings: Any) -> RunningProxy:
-    return RunningProxy({"backend": f"file://{tmp / 'data'}", "cache_dir": str(tmp / "cache"),
-                         "key_ring": str(tmp / "ring.json"), **settings}, env={})  # fmt: skip
+    return RunningProxy(
+        {
+            "backend": f"file://{tmp / 'data'}",
+            "cache_dir": str(tmp / "cache"),
+            "key_ring": str(tmp / "ring.json"),
+            **settings,
+        },
+        env={},
+    )

@@ -17,8 +17,14 @@ def _aws(proxy: RunningProxy, *args: str) -> subprocess.CompletedProcess[str]:
     aws = shutil.which("aws")
     if aws is None:
         pytest.fail("the aws cli is not installed (make test installs it under .tools/awscli)")
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}  # fmt: skip
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
     proc = subprocess.run(
         [aws, "--endpoint-url", proxy.endpoint, *args], env=env, capture_output=True, text=True, timeout=600
     )
@@ -38,8 +44,18 @@ def test_aws_cli_100mib_multipart_and_range(proxy: RunningProxy, bucket: str, tm
     _aws(proxy, "s3", "cp", f"s3://{bucket}/big.bin", str(dst))
     assert hashlib.md5(dst.read_bytes()).digest() == hashlib.md5(src.read_bytes()).digest()
     part = tmp_path / "part.bin"
-    _aws(proxy, "s3api", "get-object", "--bucket", bucket, "--key", "big.bin", "--range", "bytes=12345678-23456789",
-         str(part))  # fmt: skip
+    _aws(
+        proxy,
+        "s3api",
+        "get-object",
+        "--bucket",
+        bucket,
+        "--key",
+        "big.bin",
+        "--range",
+        "bytes=12345678-23456789",
+        str(part),
+    )
     with src.open("rb") as f:
         f.seek(12345678)
         assert part.read_bytes() == f.read(23456789 - 12345678 + 1)
@@ -52,8 +68,14 @@ def test_pyarrow_parquet_through_proxy(proxy: RunningProxy, bucket: str) -> None
     import pyarrow.parquet as pq
     from pyarrow import fs
 
-    s3fs = fs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, endpoint_override=proxy.endpoint,
-                           scheme="http", region="us-east-1", allow_bucket_creation=False)  # fmt: skip
+    s3fs = fs.S3FileSystem(
+        access_key=ACCESS_KEY,
+        secret_key=SECRET_KEY,
+        endpoint_override=proxy.endpoint,
+        scheme="http",
+        region="us-east-1",
+        allow_bucket_creation=False,
+    )
     table = pa.table({"offset": list(range(50_000)), "value": [f"record-{i}" for i in range(50_000)]})
     pq.write_table(table, f"{bucket}/data/part-0.parquet", filesystem=s3fs, row_group_size=10_000)
     back = pq.read_table(f"{bucket}/data/part-0.parquet", filesystem=s3fs)
@@ -72,7 +94,10 @@ def test_passthrough_objects_served_as_they_are(weed_proxy: RunningProxy, seawee
     head = s3.head_object(Bucket="legacy", Key="old/segment.log")
     assert head["ContentLength"] == len(data) and head["Metadata"] == {"origin": "before"}
     assert s3.get_object(Bucket="legacy", Key="old/segment.log")["Body"].read() == data
-    assert s3.get_object(Bucket="legacy", Key="old/segment.log", Range="bytes=10-19")["Body"].read() == data[10:20]
+    assert (
+        s3.get_object(Bucket="legacy", Key="old/segment.log", Range="bytes=10-19")["Body"].read()
+        == data[10:20]
+    )
     listed = s3.list_objects_v2(Bucket="legacy")["Contents"]
     assert [(o["Key"], o["Size"]) for o in listed] == [("old/segment.log", len(data))]
 

@@ -23,7 +23,9 @@ http = urllib3.PoolManager(retries=False)
 
 
 class Served:
-    def __init__(self, proc: subprocess.Popen[str], cwd: Path, port: int, metrics_port: int, banner: str) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[str], cwd: Path, port: int, metrics_port: int, banner: str
+    ) -> None:
         self.proc, self.cwd, self.port, self.metrics_port, self.banner = proc, cwd, port, metrics_port, banner
         self.endpoint = f"http://127.0.0.1:{port}"
 
@@ -33,10 +35,23 @@ def _serve(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Served:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TSPROXY_")}
     environment.update(env or {})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--listen", f"127.0.0.1:{port}",
-         "--metrics-listen", f"127.0.0.1:{metrics_port}", *args],
-        cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tsproxy.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+            *args,
+        ],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     banner = []
     deadline = time.monotonic() + 60
@@ -61,9 +76,14 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def _client(s: Served) -> object:
-    return boto3.client("s3", endpoint_url=s.endpoint, aws_access_key_id="tsproxy-dev",
-                        aws_secret_access_key="tsproxy-dev-secret-key", region_name="us-east-1",
-                        config=BotoConfig(retries={"max_attempts": 1}))  # fmt: skip
+    return boto3.client(
+        "s3",
+        endpoint_url=s.endpoint,
+        aws_access_key_id="tsproxy-dev",
+        aws_secret_access_key="tsproxy-dev-secret-key",
+        region_name="us-east-1",
+        config=BotoConfig(retries={"max_attempts": 1}),
+    )
 
 
 def test_dev_defaults_print_how_to_connect(served: Served, tmp_path: Path) -> None:
@@ -83,23 +103,34 @@ def test_dev_defaults_print_how_to_connect(served: Served, tmp_path: Path) -> No
 
 def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--chunk-size", "12KiB"], cwd=tmp_path,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "tsproxy.cli", "serve", "--chunk-size", "12KiB"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "tsproxy: config: chunk_size (--chunk-size): must be between 64KiB and 64MiB"
     ]
     (tmp_path / "bad.toml").write_text("cache_size = 'lots'\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--config", "bad.toml"], cwd=tmp_path,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 2 and "cache_size (bad.toml)" in proc.stderr and len(proc.stderr.splitlines()) == 1
+        [sys.executable, "-m", "tsproxy.cli", "serve", "--config", "bad.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        proc.returncode == 2 and "cache_size (bad.toml)" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--backend", "http://127.0.0.1:1"], cwd=tmp_path,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "tsproxy.cli", "serve", "--backend", "http://127.0.0.1:1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "credentials" in proc.stderr
 
 
@@ -119,8 +150,9 @@ def test_sigterm_during_upload_is_clean(served: Served) -> None:
         conn = urllib3.PoolManager(retries=False)
         url = s3.generate_presigned_url("put_object", Params={"Bucket": "drain", "Key": "big"}, ExpiresIn=300)  # type: ignore[attr-defined]
         try:
-            resp = conn.request("PUT", url, body=slow_body(), headers={"Content-Length": str(len(data))},
-                                preload_content=True)  # fmt: skip
+            resp = conn.request(
+                "PUT", url, body=slow_body(), headers={"Content-Length": str(len(data))}, preload_content=True
+            )
             outcome["status"] = resp.status
         except Exception as e:  # a cut connection is a clean failure for the client
             outcome["error"] = e
@@ -146,4 +178,3 @@ def test_sigterm_during_upload_is_clean(served: Served) -> None:
     finally:
         again.proc.kill()
         again.proc.wait()
-

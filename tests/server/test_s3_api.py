@@ -22,8 +22,14 @@ def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
 def test_put_get_head_roundtrip(proxy: RunningProxy, bucket: str) -> None:
     s3 = proxy.client()
     data = os.urandom(700_000) + b"x" * 300_000
-    put = s3.put_object(Bucket=bucket, Key="a/b.bin", Body=data, ContentType="application/x-test",
-                        Metadata={"owner": "kafka", "note": "hello world"}, CacheControl="max-age=5")  # fmt: skip
+    put = s3.put_object(
+        Bucket=bucket,
+        Key="a/b.bin",
+        Body=data,
+        ContentType="application/x-test",
+        Metadata={"owner": "kafka", "note": "hello world"},
+        CacheControl="max-age=5",
+    )
     assert put["ETag"] == f'"{hashlib.md5(data).hexdigest()}"'
     head = s3.head_object(Bucket=bucket, Key="a/b.bin")
     assert head["ContentLength"] == len(data)
@@ -54,7 +60,10 @@ def test_every_range_form(proxy: RunningProxy, bucket: str, size: int) -> None:
         got = s3.get_object(Bucket=bucket, Key="obj", Range=f"bytes={first}-{last}")
         assert got["Body"].read() == data[first : last + 1]
         assert got["ContentRange"] == f"bytes {first}-{last}/{size}"
-    assert s3.get_object(Bucket=bucket, Key="obj", Range=f"bytes={size // 2}-")["Body"].read() == data[size // 2 :]
+    assert (
+        s3.get_object(Bucket=bucket, Key="obj", Range=f"bytes={size // 2}-")["Body"].read()
+        == data[size // 2 :]
+    )
     assert s3.get_object(Bucket=bucket, Key="obj", Range="bytes=-7")["Body"].read() == data[-7:]
     assert s3.get_object(Bucket=bucket, Key="obj", Range=f"bytes=0-{size + 50}")["Body"].read() == data
     with pytest.raises(ClientError) as exc:
@@ -69,7 +78,9 @@ def test_listing_describes_original_bytes(proxy: RunningProxy, bucket: str) -> N
     for key, body in payloads.items():
         s3.put_object(Bucket=bucket, Key=key, Body=body)
     listed = s3.list_objects_v2(Bucket=bucket, Prefix="topic/")
-    assert sorted(o["Key"] for o in listed["Contents"]) == sorted(k for k in payloads if k.startswith("topic/"))
+    assert sorted(o["Key"] for o in listed["Contents"]) == sorted(
+        k for k in payloads if k.startswith("topic/")
+    )
     for o in listed["Contents"]:
         assert o["Size"] == len(payloads[o["Key"]])
         assert o["ETag"] == f'"{hashlib.md5(payloads[o["Key"]]).hexdigest()}"'
@@ -89,11 +100,15 @@ def test_multipart_out_of_order_resent_and_small_compressed_parts(proxy: Running
     s3 = proxy.client()
     # Very compressible parts shrink far below 5 MiB once stored: completion must still work.
     parts = [(b"%08d," % i) * (5 * 1024 * 1024 // 9 + 1) for i in range(3)] + [b"tail" * 1000]
-    up = s3.create_multipart_upload(Bucket=bucket, Key="mp/obj", ContentType="text/plain", Metadata={"m": "1"})
+    up = s3.create_multipart_upload(
+        Bucket=bucket, Key="mp/obj", ContentType="text/plain", Metadata={"m": "1"}
+    )
     uid = up["UploadId"]
     etags = {}
     for no in (3, 1, 4, 2):
-        etags[no] = s3.upload_part(Bucket=bucket, Key="mp/obj", UploadId=uid, PartNumber=no, Body=parts[no - 1])["ETag"]
+        etags[no] = s3.upload_part(
+            Bucket=bucket, Key="mp/obj", UploadId=uid, PartNumber=no, Body=parts[no - 1]
+        )["ETag"]
     # Resend part 2 with the same bytes: a new attempt replaces the old one.
     etags[2] = s3.upload_part(Bucket=bucket, Key="mp/obj", UploadId=uid, PartNumber=2, Body=parts[1])["ETag"]
     listed = s3.list_parts(Bucket=bucket, Key="mp/obj", UploadId=uid)
@@ -102,14 +117,20 @@ def test_multipart_out_of_order_resent_and_small_compressed_parts(proxy: Running
     uploads = s3.list_multipart_uploads(Bucket=bucket)
     assert [u["UploadId"] for u in uploads["Uploads"]] == [uid]
     done = s3.complete_multipart_upload(
-        Bucket=bucket, Key="mp/obj", UploadId=uid,
+        Bucket=bucket,
+        Key="mp/obj",
+        UploadId=uid,
         MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etags[n]} for n in (1, 2, 3, 4)]},
-    )  # fmt: skip
+    )
     whole = b"".join(parts)
     expected_etag = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-4"
     assert done["ETag"] == f'"{expected_etag}"'
     head = s3.head_object(Bucket=bucket, Key="mp/obj")
-    assert head["ContentLength"] == len(whole) and head["ETag"] == done["ETag"] and head["Metadata"] == {"m": "1"}
+    assert (
+        head["ContentLength"] == len(whole)
+        and head["ETag"] == done["ETag"]
+        and head["Metadata"] == {"m": "1"}
+    )
     assert s3.get_object(Bucket=bucket, Key="mp/obj")["Body"].read() == whole
     first = len(parts[0]) - 10
     got = s3.get_object(Bucket=bucket, Key="mp/obj", Range=f"bytes={first}-{first + 30}")["Body"].read()
@@ -124,16 +145,28 @@ def test_multipart_errors(proxy: RunningProxy, bucket: str) -> None:
     e1 = s3.upload_part(Bucket=bucket, Key="k", UploadId=uid, PartNumber=1, Body=b"small")["ETag"]
     e2 = s3.upload_part(Bucket=bucket, Key="k", UploadId=uid, PartNumber=2, Body=b"small too")["ETag"]
     with pytest.raises(ClientError) as exc:
-        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={
-            "Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})  # fmt: skip
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="k",
+            UploadId=uid,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]},
+        )
     assert _code(exc) == ("EntityTooSmall", 400)
     with pytest.raises(ClientError) as exc:
-        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={
-            "Parts": [{"PartNumber": 2, "ETag": e2}, {"PartNumber": 1, "ETag": e1}]})  # fmt: skip
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="k",
+            UploadId=uid,
+            MultipartUpload={"Parts": [{"PartNumber": 2, "ETag": e2}, {"PartNumber": 1, "ETag": e1}]},
+        )
     assert _code(exc) == ("InvalidPartOrder", 400)
     with pytest.raises(ClientError) as exc:
-        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={
-            "Parts": [{"PartNumber": 1, "ETag": '"0123456789abcdef0123456789abcdef"'}]})  # fmt: skip
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="k",
+            UploadId=uid,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": '"0123456789abcdef0123456789abcdef"'}]},
+        )
     assert _code(exc) == ("InvalidPart", 400)
     with pytest.raises(ClientError) as exc:
         s3.upload_part(Bucket=bucket, Key="k", UploadId="no-such-upload", PartNumber=1, Body=b"x")
@@ -153,21 +186,37 @@ def test_copy_object_and_upload_part_copy(proxy: RunningProxy, bucket: str) -> N
     head = s3.head_object(Bucket=bucket, Key="dst")
     assert head["Metadata"] == {"a": "1"} and head["ContentType"] == "x/y"
     assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == data
-    s3.copy_object(Bucket=bucket, Key="src", CopySource={"Bucket": bucket, "Key": "src"},
-                   MetadataDirective="REPLACE", Metadata={"b": "2"}, ContentType="z/w")  # fmt: skip
+    s3.copy_object(
+        Bucket=bucket,
+        Key="src",
+        CopySource={"Bucket": bucket, "Key": "src"},
+        MetadataDirective="REPLACE",
+        Metadata={"b": "2"},
+        ContentType="z/w",
+    )
     head = s3.head_object(Bucket=bucket, Key="src")
     assert head["Metadata"] == {"b": "2"} and head["ContentType"] == "z/w"
     assert s3.get_object(Bucket=bucket, Key="src")["Body"].read() == data
     uid = s3.create_multipart_upload(Bucket=bucket, Key="joined")["UploadId"]
     big = os.urandom(5 * 1024 * 1024 + 17)
     s3.put_object(Bucket=bucket, Key="big", Body=big)
-    p1 = s3.upload_part_copy(Bucket=bucket, Key="joined", UploadId=uid, PartNumber=1,
-                             CopySource={"Bucket": bucket, "Key": "big"})["CopyPartResult"]["ETag"]  # fmt: skip
-    p2 = s3.upload_part_copy(Bucket=bucket, Key="joined", UploadId=uid, PartNumber=2,
-                             CopySource={"Bucket": bucket, "Key": "src"},
-                             CopySourceRange="bytes=100-199")["CopyPartResult"]["ETag"]  # fmt: skip
-    s3.complete_multipart_upload(Bucket=bucket, Key="joined", UploadId=uid, MultipartUpload={
-        "Parts": [{"PartNumber": 1, "ETag": p1}, {"PartNumber": 2, "ETag": p2}]})  # fmt: skip
+    p1 = s3.upload_part_copy(
+        Bucket=bucket, Key="joined", UploadId=uid, PartNumber=1, CopySource={"Bucket": bucket, "Key": "big"}
+    )["CopyPartResult"]["ETag"]
+    p2 = s3.upload_part_copy(
+        Bucket=bucket,
+        Key="joined",
+        UploadId=uid,
+        PartNumber=2,
+        CopySource={"Bucket": bucket, "Key": "src"},
+        CopySourceRange="bytes=100-199",
+    )["CopyPartResult"]["ETag"]
+    s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key="joined",
+        UploadId=uid,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": p1}, {"PartNumber": 2, "ETag": p2}]},
+    )
     assert s3.get_object(Bucket=bucket, Key="joined")["Body"].read() == big + data[100:200]
 
 
@@ -249,7 +298,16 @@ SEAWEED_REFUSES = {"a/../../etc/passwd", "..", "./x", "k" * 1024}
 
 
 @pytest.mark.parametrize(
-    "key", ["a/../../etc/passwd", "..", "./x", "spaces and %25 percent", "unicodé/ключ/鍵", "//double//slash", "k" * 1024]
+    "key",
+    [
+        "a/../../etc/passwd",
+        "..",
+        "./x",
+        "spaces and %25 percent",
+        "unicodé/ключ/鍵",
+        "//double//slash",
+        "k" * 1024,
+    ],
 )
 def test_odd_keys_roundtrip(proxy: RunningProxy, bucket: str, key: str) -> None:
     s3 = proxy.client()

@@ -20,14 +20,22 @@ NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 http = urllib3.PoolManager(retries=False)
 
 
-def _signed(method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None,
-            secret: str = SECRET_KEY, when: datetime | None = None) -> urllib3.BaseHTTPResponse:  # fmt: skip
+def _signed(
+    method: str,
+    url: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    secret: str = SECRET_KEY,
+    when: datetime | None = None,
+) -> urllib3.BaseHTTPResponse:
     req = AWSRequest(method=method, url=url, data=body, headers=headers or {})
     streaming = (headers or {}).get("x-amz-content-sha256", "")
     auth = (_StreamingAuth if streaming.startswith("STREAMING-") else S3SigV4Auth)(
         Credentials(ACCESS_KEY, secret), "s3", "us-east-1"
     )
-    with mock.patch("botocore.auth.get_current_datetime", lambda: (when or datetime.now(UTC)).replace(tzinfo=None)):
+    with mock.patch(
+        "botocore.auth.get_current_datetime", lambda: (when or datetime.now(UTC)).replace(tzinfo=None)
+    ):
         auth.add_auth(req)
     return http.request(method, url, body=body, headers=dict(req.headers.items()))
 
@@ -55,8 +63,13 @@ def weed_bucket(local_proxy: RunningProxy) -> str:
 def test_wrong_secret_and_unknown_key(local_proxy: RunningProxy, weed_bucket: str) -> None:
     url = f"{local_proxy.endpoint}/{weed_bucket}/k"
     assert _error(_signed("PUT", url, b"x", secret="wrong")) == (403, "SignatureDoesNotMatch")
-    bad = boto3.client("s3", endpoint_url=local_proxy.endpoint, aws_access_key_id="nobody",
-                       aws_secret_access_key="x", region_name="us-east-1")  # fmt: skip
+    bad = boto3.client(
+        "s3",
+        endpoint_url=local_proxy.endpoint,
+        aws_access_key_id="nobody",
+        aws_secret_access_key="x",
+        region_name="us-east-1",
+    )
     with pytest.raises(ClientError) as exc:
         bad.list_buckets()
     assert exc.value.response["Error"]["Code"] == "InvalidAccessKeyId"
@@ -70,7 +83,10 @@ def test_tampered_request_fails(local_proxy: RunningProxy, weed_bucket: str) -> 
     S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
     headers = dict(req.headers.items())
     headers["x-amz-meta-a"] = "2"
-    assert _error(http.request("PUT", url, body=b"payload", headers=headers)) == (403, "SignatureDoesNotMatch")
+    assert _error(http.request("PUT", url, body=b"payload", headers=headers)) == (
+        403,
+        "SignatureDoesNotMatch",
+    )
     # The body does not match the signed SHA-256: rejected and nothing stored.
     req = AWSRequest(method="PUT", url=url, data=b"payload", headers={})
     S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
@@ -97,7 +113,9 @@ def test_presigned_urls(local_proxy: RunningProxy, weed_bucket: str) -> None:
     with mock.patch("botocore.auth.get_current_datetime", lambda: past):
         signer.add_auth(req)
     assert _error(http.request("GET", req.url)) == (403, "AccessDenied")
-    put_url = s3.generate_presigned_url("put_object", Params={"Bucket": weed_bucket, "Key": "pp"}, ExpiresIn=60)
+    put_url = s3.generate_presigned_url(
+        "put_object", Params={"Bucket": weed_bucket, "Key": "pp"}, ExpiresIn=60
+    )
     assert http.request("PUT", put_url, body=b"via presigned put").status == 200
     assert s3.get_object(Bucket=weed_bucket, Key="pp")["Body"].read() == b"via presigned put"
 
@@ -110,7 +128,10 @@ def test_malformed_xml(local_proxy: RunningProxy, weed_bucket: str) -> None:
 
     md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
     assert _error(_signed("POST", url, body, {"Content-MD5": md5})) == (400, "MalformedXML")
-    bomb = b'<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaaaaaa">]><Delete><Object><Key>&a;</Key></Object></Delete>'
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaaaaaa">]>'
+        b"<Delete><Object><Key>&a;</Key></Object></Delete>"
+    )
     md5 = base64.b64encode(hashlib.md5(bomb).digest()).decode()
     assert _error(_signed("POST", url, bomb, {"Content-MD5": md5}))[1] == "MalformedXML"
 
@@ -118,8 +139,12 @@ def test_malformed_xml(local_proxy: RunningProxy, weed_bucket: str) -> None:
 def test_bad_aws_chunked_framing(local_proxy: RunningProxy, weed_bucket: str) -> None:
     url = f"{local_proxy.endpoint}/{weed_bucket}/chunked"
     body = b"5\r\nhello\r\nZZ\r\n"  # not hex
-    headers = {"Content-Encoding": "aws-chunked", "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
-               "x-amz-decoded-content-length": "5", "x-amz-trailer": "x-amz-checksum-crc32"}  # fmt: skip
+    headers = {
+        "Content-Encoding": "aws-chunked",
+        "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+        "x-amz-decoded-content-length": "5",
+        "x-amz-trailer": "x-amz-checksum-crc32",
+    }
     status, code = _error(_signed("PUT", url, body, headers))
     assert status == 400 and code in ("IncompleteBody", "InvalidRequest", "InvalidArgument")
     good_body = b"5\r\nhello\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n"  # wrong checksum value
