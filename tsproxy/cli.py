@@ -104,8 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     from tsproxy import cli_keys
+    from tsproxy.jobs import cli as jobs_cli
+    from tsproxy.spark import cli as spark_cli
 
     cli_keys.register(sub)
+    spark_cli.register(sub)
+    jobs_cli.register(sub)
     return parser
 
 
