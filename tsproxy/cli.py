@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -96,7 +97,15 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The pipeline's commands pull in pyarrow and pyspark: imported only when asked for, so that `serve`
+# starts fast and small.
+PIPELINE_COMMANDS = {
+    "export": ("tsproxy.spark.cli", "export tiered Kafka segments to Parquet (on Spark)"),
+    "jobs": ("tsproxy.jobs.cli", "bulk maintenance on Spark: rewrap, verify, inventory, migrate"),
+}
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tsproxy", description="S3-compatible storage sidecar for Kafka tiered storage"
     )
@@ -104,17 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     from tsproxy import cli_keys
-    from tsproxy.jobs import cli as jobs_cli
-    from tsproxy.spark import cli as spark_cli
 
     cli_keys.register(sub)
-    spark_cli.register(sub)
-    jobs_cli.register(sub)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, text) in PIPELINE_COMMANDS.items():
+        if command == name:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
