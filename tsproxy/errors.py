@@ -40,15 +40,21 @@ AuthorizationQueryParametersError = _s3_error(
 )
 BadDigest = _s3_error("BadDigest", 400, "The Content-MD5 you specified did not match what we received.")
 BucketAlreadyOwnedByYou = _s3_error(
-    "BucketAlreadyOwnedByYou", 409, "Your previous request to create the named bucket succeeded and you already own it."
+    "BucketAlreadyOwnedByYou",
+    409,
+    "Your previous request to create the named bucket succeeded and you already own it.",
 )
 BucketNotEmpty = _s3_error("BucketNotEmpty", 409, "The bucket you tried to delete is not empty.")
-EntityTooLarge = _s3_error("EntityTooLarge", 400, "Your proposed upload exceeds the maximum allowed object size.")
+EntityTooLarge = _s3_error(
+    "EntityTooLarge", 400, "Your proposed upload exceeds the maximum allowed object size."
+)
 EntityTooSmall = _s3_error(
     "EntityTooSmall", 400, "Your proposed upload is smaller than the minimum allowed object size."
 )
 IncompleteBody = _s3_error(
-    "IncompleteBody", 400, "You did not provide the number of bytes specified by the Content-Length HTTP header."
+    "IncompleteBody",
+    400,
+    "You did not provide the number of bytes specified by the Content-Length HTTP header.",
 )
 InternalError = _s3_error("InternalError", 500, "We encountered an internal error. Please try again.")
 InvalidAccessKeyId = _s3_error(
@@ -64,16 +70,24 @@ InvalidPart = _s3_error(
     "or the specified entity tag might not have matched the part's entity tag.",
 )
 InvalidPartOrder = _s3_error(
-    "InvalidPartOrder", 400, "The list of parts was not in ascending order. Parts must be ordered by part number."
+    "InvalidPartOrder",
+    400,
+    "The list of parts was not in ascending order. Parts must be ordered by part number.",
 )
 InvalidRange = _s3_error("InvalidRange", 416, "The requested range is not satisfiable")
 InvalidRequest = _s3_error("InvalidRequest", 400, "Invalid Request")
 KeyTooLongError = _s3_error("KeyTooLongError", 400, "Your key is too long")
 MalformedXML = _s3_error(
-    "MalformedXML", 400, "The XML you provided was not well-formed or did not validate against our published schema"
+    "MalformedXML",
+    400,
+    "The XML you provided was not well-formed or did not validate against our published schema",
 )
-MethodNotAllowed = _s3_error("MethodNotAllowed", 405, "The specified method is not allowed against this resource.")
-MissingContentLength = _s3_error("MissingContentLength", 411, "You must provide the Content-Length HTTP header.")
+MethodNotAllowed = _s3_error(
+    "MethodNotAllowed", 405, "The specified method is not allowed against this resource."
+)
+MissingContentLength = _s3_error(
+    "MissingContentLength", 411, "You must provide the Content-Length HTTP header."
+)
 NoSuchBucket = _s3_error("NoSuchBucket", 404, "The specified bucket does not exist")
 NoSuchKey = _s3_error("NoSuchKey", 404, "The specified key does not exist.")
 NoSuchUpload = _s3_error(
@@ -82,8 +96,12 @@ NoSuchUpload = _s3_error(
     "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted "
     "or completed.",
 )
-NotImplemented_ = _s3_error("NotImplemented", 501, "A header or operation you provided implies functionality that is not implemented.")
-PreconditionFailed = _s3_error("PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold")
+NotImplemented_ = _s3_error(
+    "NotImplemented", 501, "A header or operation you provided implies functionality that is not implemented."
+)
+PreconditionFailed = _s3_error(
+    "PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold"
+)
 RequestTimeTooSkewed = _s3_error(
     "RequestTimeTooSkewed", 403, "The difference between the request time and the server's time is too large."
 )
@@ -96,13 +114,19 @@ SignatureDoesNotMatch = _s3_error(
 )
 SlowDown = _s3_error("SlowDown", 503, "Please reduce your request rate.")
 XAmzContentSHA256Mismatch = _s3_error(
-    "XAmzContentSHA256Mismatch", 400, "The provided 'x-amz-content-sha256' header does not match what was computed."
+    "XAmzContentSHA256Mismatch",
+    400,
+    "The provided 'x-amz-content-sha256' header does not match what was computed.",
 )
 BadRequest = _s3_error("BadRequest", 400, "Bad Request")
 RequestTimeout = _s3_error(
-    "RequestTimeout", 400, "Your socket connection to the server was not read from or written to within the timeout period."
+    "RequestTimeout",
+    400,
+    "Your socket connection to the server was not read from or written to within the timeout period.",
 )
-InvalidChecksum = _s3_error("InvalidRequest", 400, "Value for x-amz-checksum does not match the calculated checksum.")
+InvalidChecksum = _s3_error(
+    "InvalidRequest", 400, "Value for x-amz-checksum does not match the calculated checksum."
+)
 
 
 class FormatError(TsproxyError):
