@@ -92,8 +92,10 @@ class AwsChunkedDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
         """Decode the next bytes of the body; return the payload pieces they complete, in order."""
-        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
-        raw = data if isinstance(data, (bytes, bytearray)) else bytes(view)
+        view = memoryview(data).cast("B")
+        raw = (
+            data if isinstance(data, (bytes, bytearray)) else bytes(view)
+        )  # for find(); views get copied once
         out: list[bytes | memoryview] = []
         pos, end = 0, len(view)
         while pos < end:

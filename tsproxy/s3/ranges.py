@@ -90,7 +90,7 @@ def _matches(value: str, etag: str) -> bool:
 def _http_time(value: str) -> datetime | None:
     try:
         parsed = parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 

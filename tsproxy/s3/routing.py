@@ -76,7 +76,7 @@ def check_bucket_name(name: str, *, strict: bool) -> None:
 def _decode(raw: str) -> str:
     try:
         return unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeError:  # bytes that are not UTF-8, or surrogates standing for them
         raise InvalidURI() from None
 
 

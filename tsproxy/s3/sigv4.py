@@ -45,7 +45,7 @@ PRESIGN_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Ex
 AMZ_DATE = "%Y%m%dT%H%M%SZ"
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-_AMZ_DATE_RE = re.compile(r"\d{8}T\d{6}Z")
+_AMZ_DATE_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 _ONLY_V4 = "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
 
 
@@ -138,7 +138,10 @@ def _query_pairs(raw_query: str) -> list[tuple[str, str]]:
 def _canonical_queries(pairs: list[tuple[str, str]]) -> list[str]:
     """The canonical query string, then the query as sent (sorted), when that differs."""
     encoded = sorted(
-        (uri_encode(unquote_to_bytes(k), keep_slash=False), uri_encode(unquote_to_bytes(v), keep_slash=False))
+        (
+            uri_encode(unquote_to_bytes(_utf8(k)), keep_slash=False),
+            uri_encode(unquote_to_bytes(_utf8(v)), keep_slash=False),
+        )
         for k, v in pairs
     )
     as_sent = sorted(pairs)
@@ -148,7 +151,7 @@ def _canonical_queries(pairs: list[tuple[str, str]]) -> list[str]:
 
 def _canonical_paths(raw_path: str) -> list[str]:
     path = raw_path or "/"
-    return list(dict.fromkeys([uri_encode(unquote_to_bytes(path), keep_slash=True), path]))
+    return list(dict.fromkeys([uri_encode(unquote_to_bytes(_utf8(path)), keep_slash=True), path]))
 
 
 def _canonical_headers(h: dict[str, list[str]], signed: list[str]) -> str:
@@ -207,7 +210,7 @@ def _parse_credential(value: str, error: type[errors.S3Error], context: str) -> 
         raise error(malformed)
     access_key = "/".join(parts[:-4])
     date, region, service, terminator = parts[-4:]
-    if not access_key or not re.fullmatch(r"\d{8}", date) or not region or terminator != TERMINATOR:
+    if not access_key or not re.fullmatch(r"[0-9]{8}", date) or not region or terminator != TERMINATOR:
         raise error(malformed)
     if service != SERVICE:
         raise error(f'{context} incorrect service "{service}". This endpoint belongs to "{SERVICE}".')
@@ -338,7 +341,7 @@ def _request_time(h: dict[str, list[str]]) -> tuple[str, datetime, bool]:
     elif "date" in h:
         try:
             parsed = parsedate_to_datetime(h["date"][0])
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             parsed = None
         if parsed is not None:
             parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
@@ -432,7 +435,7 @@ def _verify_presigned(
     if cred.date != q["X-Amz-Date"][:8]:
         raise bad(f"{context} Invalid credential date. Date is not the same as X-Amz-Date.")
     raw_expires = q["X-Amz-Expires"]
-    if not re.fullmatch(r"-?\d{1,12}", raw_expires):
+    if not re.fullmatch(r"-?[0-9]{1,12}", raw_expires):
         raise bad("X-Amz-Expires should be a number")
     expires = int(raw_expires)
     if expires < 0:
