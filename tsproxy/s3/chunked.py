@@ -91,7 +91,10 @@ class AwsChunkedDecoder:
         return self._received
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
-        """Decode the next bytes of the body; return the payload pieces they complete, in order."""
+        """Decode the next bytes of the body; return the payload pieces they complete, in order.
+
+        Pieces are views of `data` (no copies): use them before changing a buffer that was fed.
+        """
         view = memoryview(data).cast("B")
         raw = (
             data if isinstance(data, (bytes, bytearray)) else bytes(view)
