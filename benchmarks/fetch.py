@@ -1,0 +1,135 @@
+"""The Kafka fetch pattern on tiered segments: tsproxy, direct SeaweedFS and `rclone serve s3`, side by side.
+
+A consumer that lags past local retention makes the broker read old segments from the object store:
+from a start position to the segment's end, about 1 MiB per fetch, or (Aiven's plugin) one 4 MiB chunk
+at a time. This runs those patterns on one segment of uncompressed record batches with JSON-like values
+against three S3 endpoints over the same SeaweedFS:
+
+- tsproxy: its own process, default settings (4 MiB chunks, 16 MiB prefetch, compression auto,
+  encryption on);
+- direct: SeaweedFS itself;
+- rclone: `rclone serve s3 --vfs-cache-mode full` over a zstd `compress` remote over a `crypt` remote.
+
+Scenarios, per system: a multipart upload (25 MiB parts, 4 at once); sequential 1 MiB fetches from
+offset 0 to the end on an empty cache ("cold": tsproxy and rclone restarted on a new cache directory),
+then the same again ("warm"); sequential 4 MiB chunk reads, cold; random 1 MiB fetches, cold. Every
+body read is checked against the segment. Backend figures are SeaweedFS' own counters for the
+system's bucket: GET requests (HEADs count as GETs there) per MiB the client read, and body bytes
+SeaweedFS sent (received, for the upload) per client byte.
+
+    .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fetch_support import (
+    MIB,
+    SCENARIOS,
+    SYSTEMS,
+    DirectSystem,
+    RcloneSystem,
+    SeaweedFS,
+    System,
+    TsproxySystem,
+    build_segment,
+    check_goals,
+    run_system,
+    started,
+)
+
+COLUMNS = ("system", "scenario", "mib_s", "p50_ms", "p99_ms", "backend_gets_per_mib", "backend_bytes_ratio")
+# Where a Kafka broker with Aiven's plugin would put the segment (topic "clicks", partition 0).
+SEGMENT_KEY = "clicks-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a markdown table; missing figures are n/a."""
+
+    def cell(value: Any) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "n/a"
+        if isinstance(value, float):
+            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def parse_systems(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"systems are a comma-separated subset of {','.join(SYSTEMS)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=256, help="segment size in MiB (default 256)")
+    ap.add_argument("--systems", type=parse_systems, default=list(SYSTEMS), help="default: all three")
+    ap.add_argument(
+        "--random-reads", type=int, default=0, help="random 1 MiB fetches (default: half the size in MiB)"
+    )
+    ap.add_argument("--json", help="write the rows here as a JSON list")
+    args = ap.parse_args(argv)
+    if args.size < 2:
+        ap.error("--size must be at least 2 (MiB)")
+    random_count = args.random_reads or max(8, args.size // 2)
+
+    started_at = time.perf_counter()
+    segment = build_segment(args.size * MIB)
+    print(
+        f"segment: {segment.size / MIB:.1f} MiB, {len(segment.positions)} batches "
+        f"(built in {time.perf_counter() - started_at:.0f}s)",
+        file=sys.stderr,
+    )
+    rows: list[dict[str, Any]] = []
+
+    def report(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(f"  {row['system']:8} {row['scenario']:17} {row['mib_s']:9.1f} MiB/s", file=sys.stderr)
+
+    with tempfile.TemporaryDirectory(prefix="tsp-fetch-") as tmp:
+        weed = SeaweedFS.start()
+        try:
+            factories: dict[str, Any] = {
+                "tsproxy": lambda: TsproxySystem(weed, "fetch-tsproxy", Path(tmp) / "tsproxy"),
+                "direct": lambda: DirectSystem(weed, "fetch-direct"),
+                "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", Path(tmp) / "rclone"),
+            }
+            for name in args.systems:
+                print(f"{name}:", file=sys.stderr)
+                system: System
+                with started(factories[name]) as system:
+                    run_system(system, weed, segment, SEGMENT_KEY, random_count, report)
+        finally:
+            weed.stop()
+
+    order = {s: i for i, s in enumerate(SCENARIOS)}
+    rows.sort(key=lambda r: (order[r["scenario"]], SYSTEMS.index(r["system"])))
+    print(f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches\n")
+    print(markdown_table(rows))
+    print("\nGoals:")
+    for goal in check_goals(rows):
+        print("  " + goal.line())
+    if args.json:
+        clean = [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows
+        ]
+        Path(args.json).write_text(json.dumps(clean, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

