@@ -20,7 +20,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from tsproxy.errors import EntityTooLarge, FormatError
 
 from .context import (
-    MAX_CHUNK_NO,
     MAX_SEGMENT_NO,
     SALT_SIZE,
     ObjectContext,
@@ -28,7 +27,7 @@ from .context import (
     chunk_aad,
     chunk_nonce,
 )
-from .index import MAX_STORED_CHUNK, decode_sizes, encode_sizes
+from .index import decode_sizes, encode_sizes
 from .kafka_probe import looks_like_compressed_kafka
 from .settings import MIN_CHUNK_SIZE, TransformSettings
 from .wire import Reader, Writer
@@ -276,8 +275,6 @@ class SegmentEncoder:
         chunk_no = len(self._sizes)
         if chunk_no == 0:
             self._decide_compression(chunk)
-        elif chunk_no > MAX_CHUNK_NO:
-            raise ValueError("segment has too many chunks")
         payload: bytes | memoryview = chunk
         if self._compressor is not None:
             packed = self._compressor.compress(chunk)
@@ -290,7 +287,5 @@ class SegmentEncoder:
         else:
             stored = payload if isinstance(payload, bytes) else bytes(payload)
             self._crcs.append(crc32c(stored))
-        if len(stored) >= MAX_STORED_CHUNK:
-            raise ValueError("stored chunk too large")
         self._sizes.append(len(stored))
         return stored
