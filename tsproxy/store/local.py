@@ -255,6 +255,17 @@ class LocalBackend:
     async def _run(self, fn: Callable[..., R], *args: Any) -> R:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 
+    async def _io(self, key: str, fn: Callable[..., R], *args: Any) -> R:
+        """`_run` for a write step: a filesystem failure becomes the S3 error a client should see.
+
+        Only the filesystem step is covered, so an error raised by a body stream (say, a client that
+        went away) reaches the caller as it is.
+        """
+        try:
+            return await self._run(fn, *args)
+        except OSError as e:
+            raise _write_error(e, key) from e
+
     async def _cleanup(self, fn: Callable[[], object]) -> None:
         """Run a clean-up step to its end even if the awaiting task is cancelled meanwhile."""
         future = asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -492,7 +503,7 @@ class LocalBackend:
         async with await self.get(bucket, key, first, last, if_match=if_match) as reader:
             return reader.info, await reader.read()
 
-    async def _fill(self, spool: _Spool, body: Body, call: Call) -> None:
+    async def _fill(self, spool: _Spool, body: Body, call: Call, key: str) -> None:
         """Write a body into a spool, gathering small pieces into fewer thread hops."""
         batch: list[bytes] = []
         batched = 0
@@ -500,11 +511,11 @@ class LocalBackend:
             batch.append(piece)
             batched += len(piece)
             if batched >= WRITE_BATCH:
-                await self._run(spool.write, batch)
+                await self._io(key, spool.write, batch)
                 call.bytes_out += batched
                 batch, batched = [], 0
         if batch:
-            await self._run(spool.write, batch)
+            await self._io(key, spool.write, batch)
             call.bytes_out += batched
 
     async def put(
@@ -525,19 +536,16 @@ class LocalBackend:
             "metadata": normalize_metadata(metadata),
         }
         with Call(self.on_request, "PutObject") as call:
+            spool = await self._io(
+                key, self._open_spool, bucket_dir, path, self._hashed_dirs(bucket_dir, key)
+            )
             try:
-                spool = await self._run(
-                    self._open_spool, bucket_dir, path, self._hashed_dirs(bucket_dir, key)
-                )
-                try:
-                    await self._fill(spool, body, call)
-                    trailer["etag"] = spool.md5.hexdigest()
-                    written = await self._run(spool.commit, path, trailer)
-                except BaseException:
-                    await self._cleanup(spool.discard)
-                    raise
-            except OSError as e:
-                raise _write_error(e, key) from e
+                await self._fill(spool, body, call, key)
+                trailer["etag"] = spool.md5.hexdigest()
+                written = await self._io(key, spool.commit, path, trailer)
+            except BaseException:
+                await self._cleanup(spool.discard)
+                raise
             return _info(written)
 
     async def delete(self, bucket: str, key: str) -> None:
@@ -777,20 +785,26 @@ class LocalBackend:
         check_part_number(part_no)
         upload_dir = self._upload_dir(bucket, key, upload_id)
         with Call(self.on_request, "UploadPart") as call:
-            spool = await self._run(self._open_part_spool, upload_dir, key, upload_id)
+            spool = await self._io(key, self._open_part_spool, upload_dir, key, upload_id)
             try:
-                await self._fill(spool, body, call)
+                await self._fill(spool, body, call, key)
                 if size is not None and spool.size != size:
                     raise errors.IncompleteBody()
                 trailer = {"key": key, "mtime": time.time(), "etag": spool.md5.hexdigest()}
-                await self._run(spool.commit, upload_dir / self._part_name(part_no), trailer)
-            except FileNotFoundError:
-                await self._cleanup(spool.discard)
-                raise errors.NoSuchUpload(UploadId=upload_id) from None
+                await self._io(key, self._commit_part, spool, upload_dir, part_no, trailer, upload_id)
             except BaseException:
                 await self._cleanup(spool.discard)
                 raise
             return str(trailer["etag"])
+
+    def _commit_part(
+        self, spool: _Spool, upload_dir: Path, part_no: int, trailer: dict[str, Any], upload_id: str
+    ) -> None:
+        try:
+            spool.commit(upload_dir / self._part_name(part_no), trailer)
+        except FileNotFoundError:
+            # Aborted (or completed) while this part was being written.
+            raise errors.NoSuchUpload(UploadId=upload_id) from None
 
     async def upload_part_copy(
         self,
@@ -815,10 +829,7 @@ class LocalBackend:
                 try:
                     _copy_range(fd, start, end - start, spool)
                     trailer = {"key": key, "mtime": time.time(), "etag": spool.md5.hexdigest()}
-                    spool.commit(upload_dir / self._part_name(part_no), trailer)
-                except FileNotFoundError:
-                    spool.discard()
-                    raise errors.NoSuchUpload(UploadId=upload_id) from None
+                    self._commit_part(spool, upload_dir, part_no, trailer, upload_id)
                 except BaseException:
                     spool.discard()
                     raise
@@ -827,7 +838,7 @@ class LocalBackend:
                 os.close(fd)
 
         with Call(self.on_request, "UploadPartCopy"):
-            return await self._run(copy)
+            return await self._io(key, copy)
 
     async def complete_multipart(
         self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]

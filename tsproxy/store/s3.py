@@ -570,9 +570,11 @@ class S3Backend:
                 Bucket=bucket,
                 Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
             )
-            for e in response.get("Errors", []):
-                if e.get("Code") != "NoSuchKey":
-                    failed.append((e.get("Key", ""), e.get("Code", "InternalError"), e.get("Message", "")))
+            for error in response.get("Errors", []):
+                if error.get("Code") != "NoSuchKey":
+                    failed.append(
+                        (error.get("Key", ""), error.get("Code", "InternalError"), error.get("Message", ""))
+                    )
         return failed
 
     async def list(
@@ -611,6 +613,9 @@ class S3Backend:
         prefixes = [p["Prefix"] for p in response.get("CommonPrefixes", [])]
         truncated = bool(response.get("IsTruncated"))
         next_token = response.get("NextContinuationToken") if truncated else None
+        if truncated and (not next_token or next_token == token):
+            # Following such a token would list the same page forever.
+            raise errors.InternalError("The storage backend's listing did not advance.")
         return ListPage(objects, prefixes, truncated, next_token)
 
     async def copy(
