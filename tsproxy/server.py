@@ -43,6 +43,9 @@ log = logging.getLogger("tsproxy.server")
 access_log = logging.getLogger("tsproxy.access")
 
 OWNER_ID = "tsproxy"
+# A completion still running after this many seconds answers 200 at once and keeps the connection alive.
+COMPLETE_KEEPALIVE_AFTER = 5.0
+XML_DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
 STORED_HEADERS = ("cache-control", "content-disposition", "content-encoding", "content-language", "expires")
 RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type",
@@ -229,6 +232,8 @@ def _error_response(err: errors.S3Error, resource: str, request_id: str, method:
     headers = {"x-amz-request-id": request_id}
     if err.status == 503:
         headers["Retry-After"] = "1"
+    if isinstance(err, errors.InvalidRange) and "ActualObjectSize" in err.fields:
+        headers["Content-Range"] = ranges.unsatisfied_range(int(err.fields["ActualObjectSize"]))
     return web.Response(body=body, status=err.status, content_type="application/xml", headers=headers)
 
 
@@ -569,7 +574,12 @@ async def _send_object(proxy: Proxy, call: Call, obj: StoredObject, *, head: boo
         for name in ("Content-Type", "Accept-Ranges"):
             headers.popall(name, None)
         return web.Response(status=304, headers=headers)
-    span = ranges.parse_range(request.headers.get("Range"), obj.size)
+    try:
+        span = ranges.parse_range(request.headers.get("Range"), obj.size)
+    except errors.InvalidRange as e:
+        raise errors.InvalidRange(
+            e.message, RangeRequested=request.headers.get("Range", ""), ActualObjectSize=str(obj.size)
+        ) from None
     first, last = span if span is not None else (0, obj.size - 1)
     length = last - first + 1 if obj.size else 0
     status = 206 if span is not None else 200
@@ -819,7 +829,7 @@ async def complete_multipart_upload(proxy: Proxy, call: Call) -> web.StreamRespo
     # sending the 200 early and whitespace until the XML result (or an error document) is ready.
     task = asyncio.ensure_future(proxy.objects.complete_upload(call.bucket, call.key, upload_id, parts))
     try:
-        obj = await asyncio.wait_for(asyncio.shield(task), timeout=5.0)
+        obj = await asyncio.wait_for(asyncio.shield(task), timeout=COMPLETE_KEEPALIVE_AFTER)
     except TimeoutError:
         return await _complete_slowly(call, task)
     location = f"http://{call.request.headers.get('Host', '')}/{call.bucket}/{quote(call.key)}"
@@ -827,11 +837,13 @@ async def complete_multipart_upload(proxy: Proxy, call: Call) -> web.StreamRespo
 
 
 async def _complete_slowly(call: Call, task: asyncio.Future[StoredObject]) -> web.StreamResponse:
+    # As S3 does: the XML declaration first, then a space every few seconds, then the document itself.
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/xml"})
     await response.prepare(call.request)
+    await response.write(XML_DECLARATION)
     while not task.done():
         await response.write(b" ")
-        await asyncio.wait([task], timeout=5.0)
+        await asyncio.wait([task], timeout=COMPLETE_KEEPALIVE_AFTER)
     try:
         obj = task.result()
         location = f"http://{call.request.headers.get('Host', '')}/{call.bucket}/{quote(call.key)}"
@@ -841,6 +853,8 @@ async def _complete_slowly(call: Call, task: asyncio.Future[StoredObject]) -> we
     except Exception:
         log.exception("completion failed", extra={"fields": {"request_id": call.request_id}})
         body = xml.error_xml(errors.InternalError(), call.request.path, call.request_id)
+    if body.startswith(b"<?xml"):
+        body = body[body.index(b"?>") + 2 :].lstrip()
     await response.write(body)
     await response.write_eof()
     return response

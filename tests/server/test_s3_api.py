@@ -344,3 +344,44 @@ def test_upload_fileobj_streams(proxy: RunningProxy, bucket: str) -> None:
     out = io.BytesIO()
     s3.download_fileobj(bucket, "managed", out)
     assert out.getvalue() == data
+
+
+def test_slow_completion_keeps_the_connection_alive(
+    proxy: RunningProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completion that takes a while answers 200 early, as S3 does; boto3 must read the result."""
+    from tsproxy import server
+
+    monkeypatch.setattr(server, "COMPLETE_KEEPALIVE_AFTER", 0.0)
+    s3 = proxy.client()
+    parts = [os.urandom(5 * 1024 * 1024), b"end"]
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="slow")["UploadId"]
+    etags = [
+        s3.upload_part(Bucket=bucket, Key="slow", UploadId=uid, PartNumber=n, Body=p)["ETag"]
+        for n, p in enumerate(parts, 1)
+    ]
+    done = s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key="slow",
+        UploadId=uid,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]},
+    )
+    assert done["ETag"].endswith('-2"')
+    assert s3.get_object(Bucket=bucket, Key="slow")["Body"].read() == b"".join(parts)
+    with pytest.raises(ClientError) as exc:  # an error found late arrives inside the 200, as S3 sends it
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="slow",
+            UploadId=uid,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etags[0]}]},
+        )
+    assert _code(exc)[0] == "NoSuchUpload"
+
+
+def test_unsatisfiable_range_names_the_size(proxy: RunningProxy, bucket: str) -> None:
+    s3 = proxy.client()
+    s3.put_object(Bucket=bucket, Key="r", Body=b"0123456789")
+    with pytest.raises(ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="r", Range="bytes=20-30")
+    assert _code(exc) == ("InvalidRange", 416)
+    assert exc.value.response["ResponseMetadata"]["HTTPHeaders"]["content-range"] == "bytes */10"
