@@ -39,8 +39,8 @@ system-deps:
 install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps
 
 lint: install-test
-	$(VENV)/bin/ruff check tsproxy tests benchmarks
-	$(VENV)/bin/ruff format --check tsproxy tests benchmarks
+	$(VENV)/bin/ruff check tsproxy tests benchmarks deploy
+	$(VENV)/bin/ruff format --check tsproxy tests benchmarks deploy
 
 typecheck: install-test
 	$(VENV)/bin/mypy
