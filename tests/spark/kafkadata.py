@@ -88,7 +88,9 @@ class BuiltSegment:
 class PartitionWriter:
     """Builds the segments of one partition: offsets continue from segment to segment."""
 
-    def __init__(self, topic: str, partition: int, *, start_offset: int = 0, index_interval: int = 1024) -> None:
+    def __init__(
+        self, topic: str, partition: int, *, start_offset: int = 0, index_interval: int = 1024
+    ) -> None:
         self.topic, self.partition = topic, partition
         self.offset = start_offset
         self.index_interval = index_interval
@@ -150,12 +152,17 @@ class PartitionWriter:
         return seg
 
 
-def upload_aiven(client: Any, bucket: str, prefix: str, segments: Iterable[BuiltSegment], topic_id: str) -> list[str]:
+def upload_aiven(
+    client: Any, bucket: str, prefix: str, segments: Iterable[BuiltSegment], topic_id: str
+) -> list[str]:
     """Store segments as the Aiven plugin does (compression and encryption off); returns the .log keys."""
     keys = []
     for seg in segments:
+
         def key(suffix: str, seg: BuiltSegment = seg) -> str:
-            return aiven_segment_key(prefix, seg.topic, topic_id, seg.partition, seg.base_offset, seg.segment_id, suffix)
+            return aiven_segment_key(
+                prefix, seg.topic, topic_id, seg.partition, seg.base_offset, seg.segment_id, suffix
+            )
 
         indexes, ranges = build_indexes_object(seg.offset_index, seg.time_index)
         manifest = plain_manifest(len(seg.data), index_ranges=ranges)

@@ -28,7 +28,11 @@ def test_option_names_are_case_insensitive_and_spark_aliases_work() -> None:
 
 def test_offsets_json_follows_spark() -> None:
     opts = parse_read_options(
-        {**BASE, "startingOffsets": '{"orders":{"0":23,"1":-2}}', "endingOffsets": '{"orders":{"0":-1,"1":40}}'}
+        {
+            **BASE,
+            "startingOffsets": '{"orders":{"0":23,"1":-2}}',
+            "endingOffsets": '{"orders":{"0":-1,"1":40}}',
+        }
     )
     assert opts.start.for_partition("orders", 0) == Bound("offset", 23)
     assert opts.start.for_partition("orders", 1) == EARLIEST
@@ -80,7 +84,7 @@ def test_key_ring_means_direct_reads_and_secret_stays_out_of_repr() -> None:
         ({**BASE, "includeHeaders": "sometimes"}, "true or false"),
         ({**BASE, "accessKey": "a"}, "both 'accessKey' and 'secretKey'"),
         ({**BASE, "endpoint": "localhost:9000"}, "http"),
-        ({**BASE, "maxBytesPerPartition": "10KiB"}, "at least 1MiB"),
+        ({**BASE, "maxBytesPerPartition": "10KiB"}, "at least 16KiB"),
         ({**BASE, "minPartitions": "0"}, "positive integer"),
         ({**BASE, "startingOfsets": "earliest"}, "unknown option"),
     ],

@@ -43,7 +43,9 @@ def as_segments(built: Sequence[BuiltSegment]) -> list[Segment]:
     return [Segment(key_of(s), s.topic, s.partition, s.base_offset, len(s.data)) for s in built]
 
 
-def indexes_as_needed(built: Sequence[BuiltSegment], start: Bound, end: Bound, target: int) -> dict[str, Indexes]:
+def indexes_as_needed(
+    built: Sequence[BuiltSegment], start: Bound, end: Bound, target: int
+) -> dict[str, Indexes]:
     """Only the indexes index_needs asks for, as the driver would load them."""
     by_key = {key_of(s): s for s in built}
     out = {}
@@ -129,7 +131,11 @@ def test_planned_pieces_read_exactly_what_kafka_would_return(
     writer: PartitionWriter, start: Bound, end: Bound, target: int, region: int
 ) -> None:
     pieces = plan_partition(
-        as_segments(writer.segments), start, end, indexes_as_needed(writer.segments, start, end, target), target
+        as_segments(writer.segments),
+        start,
+        end,
+        indexes_as_needed(writer.segments, start, end, target),
+        target,
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reading, "REGION_BYTES", region)
@@ -212,7 +218,8 @@ def test_overlapping_copies_are_read_once() -> None:
     # of c under another key with the same base offset.
     cut = parse_offset_index(b.offset_index, b.base_offset)[3]
     tail = BuiltSegment(b.topic, b.partition, cut[0] + 1, b"", b"", b"", b.next_offset, [])
-    segments = as_segments([a, b, c]) + [
+    segments = [
+        *as_segments([a, b, c]),
         Segment("t-0/dup-of-c.log", "t", 0, c.base_offset, len(c.data) - 1),
         Segment(key_of(tail), "t", 0, tail.base_offset, 10),
     ]
@@ -231,7 +238,10 @@ def test_start_after_end_reads_nothing() -> None:
     writer = _writer(2)
     segs = as_segments(writer.segments)
     assert plan_partition(segs, Bound("timestamp", 500), Bound("timestamp", 400), {}, 1 << 20) == []
-    assert read_all(writer.segments, plan_partition(segs, Bound("offset", 50), Bound("offset", 40), {}, 1 << 20)) == []
+    assert (
+        read_all(writer.segments, plan_partition(segs, Bound("offset", 50), Bound("offset", 40), {}, 1 << 20))
+        == []
+    )
 
 
 def test_an_end_timestamp_reached_before_the_start_offset_reads_nothing() -> None:

@@ -144,8 +144,9 @@ class Bucket:
         if first > last:
             return
         try:
-            yield from iter_range(self._stored_reader(key, opened), opened.stored_size, None, first, last)
-        except KeyNotFound as e:  # pragma: no cover - the tail was decoded with the ring already
+            ring = _key_ring(self.options.key_ring or "")
+            yield from iter_range(self._stored_reader(key, opened), opened.stored_size, ring, first, last)
+        except KeyNotFound as e:
             raise self._key_error(key, e) from None
 
     def size(self, key: str, stored_size: int | None = None) -> int:

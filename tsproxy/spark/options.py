@@ -17,7 +17,7 @@ from tsproxy.errors import ConfigError
 
 LAYOUTS = ("aiven", "logdir")
 DEFAULT_MAX_BYTES = 64 << 20
-MIN_SPLIT_BYTES = 1 << 20
+MIN_SPLIT_BYTES = 16 << 10
 
 # Spark's conventions inside offset JSON: -2 is earliest, -1 is latest.
 EARLIEST_JSON = -2
@@ -327,7 +327,7 @@ def _parse_size(value: str | None, name: str) -> int:
         raise OptionError(f"tiered-kafka: '{name}' must be a size like 64MiB, not {value!r}")
     size = int(m.group(1)) * _UNITS[m.group(2).lower()]
     if size < MIN_SPLIT_BYTES:
-        raise OptionError(f"tiered-kafka: '{name}' must be at least 1MiB")
+        raise OptionError(f"tiered-kafka: '{name}' must be at least 16KiB")
     return size
 
 

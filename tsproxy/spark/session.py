@@ -7,6 +7,7 @@ their own progress.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,9 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     from . import register
+
+    # PySpark takes the Python of its workers (and of data source planning) from this variable only.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.appName(app_name)
     if master:

@@ -1,0 +1,133 @@
+"""Decoding pieces: batch framing across regions, corruption reported with object and byte, Arrow columns."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from tests.spark.kafkadata import PartitionWriter
+from tests.spark.memory import MemoryBucket
+from tsproxy.errors import NoSuchKey
+from tsproxy.kafka.errors import CorruptRecordError
+from tsproxy.kafka.records import DecodeStats
+from tsproxy.spark import reading
+from tsproxy.spark.arrow import arrow_schema, rows_to_batch
+from tsproxy.spark.planning import Piece
+from tsproxy.spark.reading import piece_rows, read_piece, whole_batches
+
+KEY = "t-0/00000000000000000000.log"
+
+
+def segment(batches: int = 20) -> tuple[bytes, list[int], list[tuple]]:
+    writer = PartitionWriter("t", 0)
+    for i in range(batches):
+        writer.batch([(1000 + i, b"k%d" % i, b"v" * 64, (("h", b"x"),)), (1001 + i, None, None, ())])
+    seg = writer.roll()
+    return seg.data, [pos for pos in _positions(seg.data)], seg.rows
+
+
+def _positions(data: bytes) -> list[int]:
+    out, pos = [], 0
+    while pos < len(data):
+        out.append(pos)
+        pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+    return out
+
+
+def piece(**kw: object) -> Piece:
+    return Piece(KEY, "t", 0, 0, 0, **kw)  # type: ignore[arg-type]
+
+
+def test_whole_batches_stops_before_a_cut_off_batch() -> None:
+    data, positions, _ = segment(3)
+    assert whole_batches(data) == (len(data), None)
+    assert whole_batches(data[: positions[2] + 20]) == (positions[2], None)
+    assert whole_batches(data[:5]) == (0, None)
+    bad = bytearray(data)
+    bad[positions[1] + 8 : positions[1] + 12] = (7).to_bytes(4, "big")
+    assert whole_batches(bad) == (positions[1], "batch length 7 is impossible")
+
+
+@pytest.mark.parametrize("region", [64, 500, 1 << 20])
+def test_regions_of_any_size_give_every_record_once(region: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reading, "REGION_BYTES", region)
+    data, _, rows = segment()
+    got = [r for rs in piece_rows(MemoryBucket({KEY: data}, piece=37), piece()) for r in rs]
+    assert got == rows
+
+
+def test_a_flipped_bit_names_the_object_and_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reading, "REGION_BYTES", 300)
+    data, positions, rows = segment()
+    bad = bytearray(data)
+    bad[positions[7] + 70] ^= 0x10
+    bucket = MemoryBucket({KEY: bytes(bad)})
+    with pytest.raises(CorruptRecordError) as info:
+        list(piece_rows(bucket, piece()))
+    assert info.value.offset == positions[7] and "s3://memory/" + KEY in str(info.value)
+    stats = DecodeStats()
+    got = [r for rs in piece_rows(bucket, piece(), skip_corrupt=True, stats=stats) for r in rs]
+    assert stats.corrupt_batches == 1
+    assert got == [r for r in rows if r[0] not in (14, 15)]  # batch 7 held offsets 14 and 15
+
+
+def test_an_impossible_length_fails_or_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reading, "REGION_BYTES", 200)
+    data, positions, rows = segment()
+    bad = bytearray(data)
+    bad[positions[5] + 8 : positions[5] + 12] = (0x7FFFFFFF).to_bytes(4, "big")
+    bucket = MemoryBucket({KEY: bytes(bad)})
+    with pytest.raises(CorruptRecordError, match=r"impossible|length"):
+        list(piece_rows(bucket, piece()))
+    stats = DecodeStats()
+    got = [r for rs in piece_rows(bucket, piece(), skip_corrupt=True, stats=stats) for r in rs]
+    assert stats.corrupt_batches >= 1 and got[:10] == rows[:10] and got[-1] == rows[-1]
+
+
+def test_a_truncated_segment_is_an_error() -> None:
+    data, positions, _ = segment()
+    with pytest.raises(CorruptRecordError) as info:
+        list(piece_rows(MemoryBucket({KEY: data[:-9]}), piece()))
+    assert info.value.offset == positions[-1]
+
+
+def test_a_missing_object_says_which() -> None:
+    with pytest.raises(NoSuchKey, match=KEY):
+        list(piece_rows(MemoryBucket({}), piece()))
+
+
+def test_reading_stops_once_past_max_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reading, "REGION_BYTES", 300)
+    data, _, rows = segment(200)
+    bucket = MemoryBucket({KEY: data}, piece=100)
+    fetched = 0
+
+    def counting(*args: object, **kw: object):  # type: ignore[no-untyped-def]
+        nonlocal fetched
+        for part in MemoryBucket.stream(bucket, *args, **kw):  # type: ignore[arg-type]
+            fetched += len(part)
+            yield part
+
+    monkeypatch.setattr(bucket, "stream", counting)
+    got = [r for rs in piece_rows(bucket, piece(max_offset=9)) for r in rs]
+    assert got == rows[:10] and fetched < len(data) // 10
+
+
+def test_arrow_batches_have_spark_kafka_columns() -> None:
+    rows = [(5, 1_700_000_000_123, 0, b"k", b"v", (("a", b"1"), ("b", None))), (6, 7, 1, None, None, ())]
+    batch = rows_to_batch(rows, "orders", 3, include_headers=True)
+    assert batch.schema == arrow_schema(True)
+    assert batch.column("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert batch.to_pylist()[0]["headers"] == [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000, 7000]
+    assert batch.to_pydict()["key"] == [b"k", None] and batch.to_pydict()["partition"] == [3, 3]
+    assert rows_to_batch([], "orders", 3, include_headers=False).num_rows == 0
+    ms = rows_to_batch(rows, "orders", 3, include_headers=False, timestamp_unit="ms")
+    assert ms.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123, 7]
+
+
+def test_read_piece_cuts_arrow_batches_at_the_row_limit() -> None:
+    data, _, rows = segment(50)
+    batches = list(read_piece(MemoryBucket({KEY: data}), piece(), include_headers=True, rows_per_batch=30))
+    assert [b.num_rows for b in batches] == [30, 30, 30, 10]
+    assert [r["offset"] for b in batches for r in b.to_pylist()] == [r[0] for r in rows]
