@@ -378,6 +378,7 @@ def run_export(
             sc.setLocalProperty("spark.jobGroup.id", None)
         for result in results:
             summary.add(result)
+        say(f"export: {len(results)}/{len(tasks)} segments done")
     summary.seconds = time.monotonic() - started
     return summary
 
