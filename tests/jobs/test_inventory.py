@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.jobs.conftest import records, weed_options
+from tests.jobs.jobhelpers import records, weed_options
 from tests.server.conftest import start_proxy
 from tests.support.seaweed import SeaweedFS
 from tsproxy import cli
@@ -35,20 +35,29 @@ def _backend_sizes(s3: Any, bucket: str) -> dict[str, int]:
 
 
 def test_inventory_figures_orphans_and_cleanup(
-    spark: Any, tmp_path: Path, ring_path: Path, seaweed: SeaweedFS, seaweed_bucket: str, request: pytest.FixtureRequest
+    spark: Any,
+    tmp_path: Path,
+    ring_path: Path,
+    seaweed: SeaweedFS,
+    seaweed_bucket: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     bucket = seaweed_bucket
     s3 = seaweed.boto3_client()
     ids = {"orders": _kafka_uuid(), "clicks": _kafka_uuid(), "gone": _kafka_uuid()}
     # (topic, partition, base offset, written while this KEK was active, or None: straight to the backend)
-    plan = [("orders", 0, o, "kek-a") for o in (0, 500, 1000)] + [("orders", 1, o, "kek-b") for o in (0, 700)]
+    plan: list[tuple[str, int, int, str | None]] = [("orders", 0, o, "kek-a") for o in (0, 500, 1000)]
+    plan += [("orders", 1, o, "kek-b") for o in (0, 700)]
     plan += [("clicks", 0, 0, "kek-a"), ("clicks", 0, 300, "kek-b"), ("clicks", 3, 40, None)]
     plan += [("gone", 0, o, "kek-a") for o in (0, 90)]
     written: dict[str, tuple[bytes, str | None, tuple[str, int, int]]] = {}
     for n, (topic, partition, offset, kek) in enumerate(plan):
         segment_id = _kafka_uuid()
-        for suffix, data in (("log", records(40_000 + 3000 * n, n)), ("indexes", os.urandom(800)),
-                             ("rsm-manifest", b'{"version":"1.0"}')):  # fmt: skip
+        for suffix, data in (
+            ("log", records(40_000 + 3000 * n, n)),
+            ("indexes", os.urandom(800)),
+            ("rsm-manifest", b'{"version":"1.0"}'),
+        ):
             key = aiven_segment_key("", topic, ids[topic], partition, offset, segment_id, suffix)
             written[key] = (data, kek, (topic, partition, offset))
     written["notes/readme.txt"] = (b"not kafka", "kek-b", ("", -1, -1))
@@ -96,15 +105,24 @@ def test_inventory_figures_orphans_and_cleanup(
             e["offsets"].append(offset)
     table = pq.read_table(out / "partitions.parquet").to_pylist()
     got = {
-        (r["topic"], r["partition"]): {"objects": r["objects"], "segments": r["segments"],
-                                      "original": r["original_bytes"], "stored": r["stored_bytes"],
-                                      "keks": set(r["kek_ids"]), "offsets": [r["oldest_offset"], r["newest_offset"]]}
+        (r["topic"], r["partition"]): {
+            "objects": r["objects"],
+            "segments": r["segments"],
+            "original": r["original_bytes"],
+            "stored": r["stored_bytes"],
+            "keks": set(r["kek_ids"]),
+            "offsets": [r["oldest_offset"], r["newest_offset"]],
+        }
         for r in table
-    }  # fmt: skip
+    }
     want = {k: {**e, "offsets": [min(e["offsets"]), max(e["offsets"])]} for k, e in expect.items()}
     assert got == want
     assert all(r["topic_id"] == ids[r["topic"]] for r in table)
-    assert {(r["topic"], r["orphan"]) for r in table} == {("orders", False), ("clicks", False), ("gone", True)}
+    assert {(r["topic"], r["orphan"]) for r in table} == {
+        ("orders", False),
+        ("clicks", False),
+        ("gone", True),
+    }
 
     client_objects = {k for k in stored if not k.startswith(".tsproxy/")}
     total = report.summary.total
@@ -134,11 +152,18 @@ def test_inventory_figures_orphans_and_cleanup(
     assert set(report.cleanup.keys) == orphan_keys | upload_keys
     assert _backend_sizes(s3, bucket) == stored
 
-    applied = inventory(spark, options, output=str(tmp_path / "inv2"), live_topics=live, delete_orphans=True,
-                        apply=True)  # fmt: skip
+    applied = inventory(
+        spark, options, output=str(tmp_path / "inv2"), live_topics=live, delete_orphans=True, apply=True
+    )
     assert applied.cleanup is not None and applied.cleanup.applied and not applied.cleanup.failures
     assert set(_backend_sizes(s3, bucket)) == set(stored) - orphan_keys - upload_keys
 
     # A live-topic list that matches nothing would delete every Kafka object: refused.
-    with pytest.raises(Exception, match="all .* Kafka objects would be deleted"):
-        inventory(spark, options, output=str(tmp_path / "inv3"), live_topics=frozenset({"typo"}), delete_orphans=True)
+    with pytest.raises(Exception, match=r"all \d+ Kafka objects would be deleted"):
+        inventory(
+            spark,
+            options,
+            output=str(tmp_path / "inv3"),
+            live_topics=frozenset({"typo"}),
+            delete_orphans=True,
+        )

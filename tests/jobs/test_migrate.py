@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.jobs.conftest import records, weed_options
+from tests.jobs.jobhelpers import records, weed_options
 from tests.server.conftest import start_proxy
 from tests.support.seaweed import SeaweedFS
 from tsproxy.format.manifest import META_FORMAT
@@ -31,27 +31,44 @@ def _seen(client: Any, bucket: str, keys: list[str]) -> dict[str, tuple[bytes, s
 
 
 def _listing(client: Any, bucket: str) -> dict[str, tuple[int, str]]:
-    return {o["Key"]: (o["Size"], o["ETag"]) for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])}
+    return {
+        o["Key"]: (o["Size"], o["ETag"]) for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    }
 
 
 def test_migrate_keeps_bytes_etags_and_metadata(
-    spark: Any, tmp_path: Path, ring_path: Path, seaweed: SeaweedFS, seaweed_bucket: str, request: pytest.FixtureRequest
+    spark: Any,
+    tmp_path: Path,
+    ring_path: Path,
+    seaweed: SeaweedFS,
+    seaweed_bucket: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     bucket = seaweed_bucket
     s3 = seaweed.boto3_client()
-    s3.put_object(Bucket=bucket, Key="m/small.json", Body=records(5000, 1), ContentType="application/json",
-                  Metadata={"owner": "team-a", "note": "50%41 off"})  # fmt: skip
+    s3.put_object(
+        Bucket=bucket,
+        Key="m/small.json",
+        Body=records(5000, 1),
+        ContentType="application/json",
+        Metadata={"owner": "team-a", "note": "50%41 off"},
+    )
     s3.put_object(Bucket=bucket, Key="m/empty", Body=b"")
     s3.put_object(Bucket=bucket, Key="m/big", Body=os.urandom(3 * MIB))
     parts = [os.urandom(5 * MIB), records(5 * MIB, 2), b"tail" * 300]
     upload = s3.create_multipart_upload(Bucket=bucket, Key="m/multi", ContentType="application/octet-stream")
     done = [
-        {"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key="m/multi", UploadId=upload["UploadId"],
-                                                 PartNumber=n, Body=p)["ETag"]}
+        {
+            "PartNumber": n,
+            "ETag": s3.upload_part(
+                Bucket=bucket, Key="m/multi", UploadId=upload["UploadId"], PartNumber=n, Body=p
+            )["ETag"],
+        }
         for n, p in enumerate(parts, 1)
-    ]  # fmt: skip
-    s3.complete_multipart_upload(Bucket=bucket, Key="m/multi", UploadId=upload["UploadId"],
-                                 MultipartUpload={"Parts": done})  # fmt: skip
+    ]
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="m/multi", UploadId=upload["UploadId"], MultipartUpload={"Parts": done}
+    )
     foreign = ["m/small.json", "m/empty", "m/big", "m/multi"]
     assert s3.head_object(Bucket=bucket, Key="m/multi")["ETag"].endswith('-3"')
 
@@ -72,7 +89,9 @@ def test_migrate_keeps_bytes_etags_and_metadata(
     assert {k: s3.head_object(Bucket=bucket, Key=k)["ETag"] for k in keys} == backend_before
 
     # Readers through tsproxy during the migration see the old object or the new one: the same bytes.
-    proxy = start_proxy("seaweed", tmp_path, request, chunk_size="1MiB", cache_dir=str(tmp_path / "cache-during"))
+    proxy = start_proxy(
+        "seaweed", tmp_path, request, chunk_size="1MiB", cache_dir=str(tmp_path / "cache-during")
+    )
     stop = threading.Event()
     reads: list[str] = []
 
@@ -105,7 +124,9 @@ def test_migrate_keeps_bytes_etags_and_metadata(
         head = s3.head_object(Bucket=bucket, Key=key)
         assert META_FORMAT in head["Metadata"], key
         assert head["ETag"] != backend_before[key]
-    proxy = start_proxy("seaweed", tmp_path, request, chunk_size="1MiB", cache_dir=str(tmp_path / "cache-after"))
+    proxy = start_proxy(
+        "seaweed", tmp_path, request, chunk_size="1MiB", cache_dir=str(tmp_path / "cache-after")
+    )
     try:
         client = proxy.client()
         assert _seen(client, bucket, keys) == before

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.jobs.conftest import records, weed_options
+from tests.jobs.jobhelpers import records, weed_options
 from tests.server.conftest import start_proxy
 from tsproxy import cli
 from tsproxy.format import KeyRing
@@ -35,9 +35,13 @@ def _write(client: Any, bucket: str) -> dict[str, bytes]:
     upload = client.create_multipart_upload(Bucket=bucket, Key="multi")["UploadId"]
     done = []
     for no, part in enumerate(parts, 1):
-        etag = client.upload_part(Bucket=bucket, Key="multi", UploadId=upload, PartNumber=no, Body=part)["ETag"]
+        etag = client.upload_part(Bucket=bucket, Key="multi", UploadId=upload, PartNumber=no, Body=part)[
+            "ETag"
+        ]
         done.append({"PartNumber": no, "ETag": etag})
-    client.complete_multipart_upload(Bucket=bucket, Key="multi", UploadId=upload, MultipartUpload={"Parts": done})
+    client.complete_multipart_upload(
+        Bucket=bucket, Key="multi", UploadId=upload, MultipartUpload={"Parts": done}
+    )
     objects["multi"] = b"".join(parts)
     return objects
 

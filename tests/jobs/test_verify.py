@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.jobs.conftest import records, weed_options
+from tests.jobs.jobhelpers import records, weed_options
 from tests.server.conftest import start_proxy
 from tests.support.seaweed import SeaweedFS
 from tsproxy.format import KeyRing, TransformSettings, encode_object
@@ -43,7 +43,12 @@ def _cut_middle(data: bytearray) -> bytearray:
 
 
 def test_verify_finds_planted_damage_and_passes_clean_data(
-    spark: Any, tmp_path: Path, ring_path: Path, seaweed: SeaweedFS, seaweed_bucket: str, request: pytest.FixtureRequest
+    spark: Any,
+    tmp_path: Path,
+    ring_path: Path,
+    seaweed: SeaweedFS,
+    seaweed_bucket: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     bucket = seaweed_bucket
     options = weed_options(seaweed, bucket, ring_path)
@@ -64,10 +69,14 @@ def test_verify_finds_planted_damage_and_passes_clean_data(
         parts = [os.urandom(5 * MIB), records(300_000, 6)]
         upload = client.create_multipart_upload(Bucket=bucket, Key="clean/multi")["UploadId"]
         etags = [
-            {"PartNumber": n, "ETag": client.upload_part(Bucket=bucket, Key="clean/multi", UploadId=upload,
-                                                         PartNumber=n, Body=p)["ETag"]}
+            {
+                "PartNumber": n,
+                "ETag": client.upload_part(
+                    Bucket=bucket, Key="clean/multi", UploadId=upload, PartNumber=n, Body=p
+                )["ETag"],
+            }
             for n, p in enumerate(parts, 1)
-        ]  # fmt: skip
+        ]
         client.complete_multipart_upload(
             Bucket=bucket, Key="clean/multi", UploadId=upload, MultipartUpload={"Parts": etags}
         )
@@ -85,15 +94,26 @@ def test_verify_finds_planted_damage_and_passes_clean_data(
     _rewrite(s3, bucket, "victim/cut-end", lambda d: d[:-7])
     _rewrite(s3, bucket, "victim/cut-middle", _cut_middle)
     head = s3.head_object(Bucket=bucket, Key="victim/metadata")
-    s3.copy_object(Bucket=bucket, Key="victim/metadata", CopySource={"Bucket": bucket, "Key": "victim/metadata"},
-                   Metadata={**head["Metadata"], META_SIZE: "12345"}, MetadataDirective="REPLACE")  # fmt: skip
+    s3.copy_object(
+        Bucket=bucket,
+        Key="victim/metadata",
+        CopySource={"Bucket": bucket, "Key": "victim/metadata"},
+        Metadata={**head["Metadata"], META_SIZE: "12345"},
+        MetadataDirective="REPLACE",
+    )
     stranger = KeyRing.new(key_id="kek-elsewhere")
-    s3.put_object(Bucket=bucket, Key="victim/other-key", Metadata={META_FORMAT: "1"},
-                  Body=encode_object(records(50_000, 7), TransformSettings(chunk_size=1 << 16), stranger))  # fmt: skip
+    s3.put_object(
+        Bucket=bucket,
+        Key="victim/other-key",
+        Metadata={META_FORMAT: "1"},
+        Body=encode_object(records(50_000, 7), TransformSettings(chunk_size=1 << 16), stranger),
+    )
     proxy = start_proxy("seaweed", tmp_path, request, chunk_size="256KiB")
     try:
         left = proxy.client().create_multipart_upload(Bucket=bucket, Key="victim/unfinished")["UploadId"]
-        proxy.client().upload_part(Bucket=bucket, Key="victim/unfinished", UploadId=left, PartNumber=1, Body=b"x" * 1000)
+        proxy.client().upload_part(
+            Bucket=bucket, Key="victim/unfinished", UploadId=left, PartNumber=1, Body=b"x" * 1000
+        )
     finally:
         proxy.stop()
     raw = s3.create_multipart_upload(Bucket=bucket, Key="victim/raw-unfinished")["UploadId"]
@@ -105,7 +125,17 @@ def test_verify_finds_planted_damage_and_passes_clean_data(
         f'key_ring = "{ring_path}"\n'
     )
     out = tmp_path / "damaged"
-    argv = ["verify", "--config", str(config), "--bucket", bucket, "--output", str(out), "--stale-after", "0s"]
+    argv = [
+        "verify",
+        "--config",
+        str(config),
+        "--bucket",
+        bucket,
+        "--output",
+        str(out),
+        "--stale-after",
+        "0s",
+    ]
     assert jobs_cli.main(argv) == 1
 
     rows = _rows(out)
@@ -119,9 +149,12 @@ def test_verify_finds_planted_damage_and_passes_clean_data(
     assert "authentication failed" in rows["victim/flip"]["detail"]
     assert "kek-elsewhere" in rows["victim/other-key"]["detail"]
     assert {k: r["status"] for k, r in rows.items() if k.startswith("clean/")} == {
-        "clean/records": "ok", "clean/random": "ok", "clean/empty": "ok", "clean/multi": "ok",
+        "clean/records": "ok",
+        "clean/random": "ok",
+        "clean/empty": "ok",
+        "clean/multi": "ok",
         "clean/passthrough": "passthrough",
-    }  # fmt: skip
+    }
     assert rows["clean/passthrough"]["detail"] == "MD5 matches the ETag"
     assert rows["clean/multi"]["chunks"] == 20 + 2
 

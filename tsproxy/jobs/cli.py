@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = options_from_args(args)
+        options.load_ring()  # a missing or broken key ring should fail before Spark starts
         spark = spark_session(args.master, app_name=f"tsproxy-{args.job}")
         common = {"output": args.output, "partitions": args.partitions, "progress_every": args.progress_every}
         if args.job == "rewrap":

@@ -38,7 +38,8 @@ class TokenBucket:
             self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
             self._stamp = now
         self._tokens -= cost
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+        # A hair below zero is float rounding of a refill that was exactly enough, not a reason to wait.
+        return 0.0 if self._tokens >= -1e-9 else -self._tokens / self.rate
 
 
 class RateLimiter:
