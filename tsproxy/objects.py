@@ -52,6 +52,9 @@ INTERNAL = ".tsproxy/"
 MIN_PART_SIZE = 5 << 20  # S3's minimum for every part but the last
 MAX_PARTS = 10000
 FEED_SIZE = 1 << 20  # payload bytes handed to the encoder per executor call
+# Objects whose stored form fits in this are buffered whole, so that their backend metadata can carry
+# the size and ETag (HEAD and listings then need no extra GET).
+SMALL_OBJECT = 8 << 20
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -523,7 +526,7 @@ class ObjectService:
 
         # Small objects are buffered whole so their backend metadata can carry size and ETag; larger
         # ones stream, and the size/ETag are found in their tail (HEAD then costs one ranged GET).
-        buffered, stream = await _buffer_head(stored(), self.part_size)
+        buffered, stream = await _buffer_head(stored(), min(self.part_size, SMALL_OBJECT))
         if stream is None:
             manifest = result["manifest"]
             meta = manifest.backend_metadata(result["tail"])
@@ -641,19 +644,21 @@ class ObjectService:
             dst.bucket, dst.key, metadata=metadata, content_type=content_type
         )
         parts: list[tuple[int, str]] = []
-        spool = bytearray()
+        total = sum(p.last - p.first + 1 for p in pieces) + len(tail)
+        # Gathered parts only a little above the minimum keep memory low; a big object needs bigger ones
+        # to stay within S3's 10,000 parts.
+        gather = min(self.part_size, max(min_part, -(-total // (MAX_PARTS - 100))))
 
-        async def flush() -> None:
-            etag = await self.backend.upload_part(
-                dst.bucket, dst.key, upload_id, len(parts) + 1, bytes(spool)
-            )
+        async def upload(data: bytearray) -> None:
+            etag = await self.backend.upload_part(dst.bucket, dst.key, upload_id, len(parts) + 1, data)
             parts.append((len(parts) + 1, etag))
-            spool.clear()
 
         try:
+            spool = bytearray()
             for piece in pieces:
                 if len(spool) >= min_part:
-                    await flush()
+                    await upload(spool)
+                    spool = bytearray()
                 size = piece.last - piece.first + 1
                 if not spool and size >= min_part:
                     etag = await self.backend.upload_part_copy(
@@ -672,12 +677,13 @@ class ObjectService:
                 try:
                     async for data in reader:
                         spool += data
-                        if len(spool) >= self.part_size:
-                            await flush()
+                        if len(spool) >= gather:
+                            await upload(spool)
+                            spool = bytearray()
                 finally:
                     await reader.close()
             spool += tail
-            await flush()
+            await upload(spool)
             return await self.backend.complete_multipart(dst.bucket, dst.key, upload_id, parts)
         except BaseException:
             await _quietly(self.backend.abort_multipart(dst.bucket, dst.key, upload_id))
