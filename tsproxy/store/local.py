@@ -350,25 +350,29 @@ class LocalBackend:
                 out[d] = segment
         return out
 
-    def _prune_dirs(self, bucket_dir: Path, start: Path) -> None:
-        """Remove now-empty directories from `start` up to (not including) the bucket (blocking)."""
+    def _prune_dirs(self, start: Path, levels: int) -> None:
+        """Remove now-empty directories from `start` up through `levels` directories (blocking).
+
+        `levels` is the number of directories the key's segments made, so the walk never reaches
+        the bucket directory itself.
+        """
+        d = str(start)
         with self._tree_lock:
-            d = start
-            while d != bucket_dir and d.is_relative_to(bucket_dir):
+            for _ in range(levels):
                 try:
                     names = os.listdir(d)
                 except FileNotFoundError:
-                    d = d.parent
+                    d = os.path.dirname(d)
                     continue
                 if names and names != [localnames.SEGMENT_FILE]:
                     return
                 try:
                     if names:
-                        os.unlink(d / localnames.SEGMENT_FILE)
+                        os.unlink(os.path.join(d, localnames.SEGMENT_FILE))
                     os.rmdir(d)
                 except OSError:
                     return
-                d = d.parent
+                d = os.path.dirname(d)
 
     # -- buckets
 
@@ -562,7 +566,7 @@ class LocalBackend:
                 if e.errno == errno.ENAMETOOLONG:
                     return
                 raise
-            self._prune_dirs(bucket_dir, path.parent)
+            self._prune_dirs(path.parent, key.count("/"))
 
         with Call(self.on_request, "DeleteObject"):
             await self._run(delete)
