@@ -3,14 +3,13 @@
     key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
     timestampType int [, headers array<struct<key: string, value: binary>>]
 
-Columns are built from the decoder's plain row tuples with one transposition (`zip(*rows)`) and a few
-Arrow constructors, so the Python work per record stays with the decoder.
+Columns are built from the decoder's plain row tuples by one Arrow conversion, so the Python work per
+record stays with the decoder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,6 +46,20 @@ def arrow_schema(include_headers: bool, timestamp_unit: str = "us") -> pa.Schema
     return pa.schema(fields)
 
 
+# The decoder's row tuple as one Arrow struct: pyarrow converts a list of tuples in a single C++ pass,
+# several times faster than transposing the rows in Python and converting column by column.
+ROW_TYPE = pa.struct(
+    [
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.int64()),
+        pa.field("timestampType", pa.int32()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+
+
 def rows_to_batch(
     rows: Sequence[RecordRow],
     topic: str,
@@ -57,34 +70,19 @@ def rows_to_batch(
 ) -> pa.RecordBatch:
     """One record batch from decoder rows (offset, timestamp, timestampType, key, value, headers)."""
     schema = arrow_schema(include_headers, timestamp_unit)
-    if not rows:
-        return pa.RecordBatch.from_pylist([], schema=schema)
-    offsets, stamps, types, keys, values, headers = zip(*rows, strict=True)
     n = len(rows)
-    millis = pa.array(stamps, pa.int64())
+    offsets, millis, types, keys, values, headers = pa.array(rows, type=ROW_TYPE).flatten()
     if timestamp_unit == "us":
         millis = pc.multiply(millis, 1000)
     columns = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        keys,
+        values,
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(offsets, pa.int64()),
+        offsets,
         millis.cast(pa.timestamp(timestamp_unit, tz="UTC")),
-        pa.array(types, pa.int32()),
+        types,
     ]
     if include_headers:
-        columns.append(_headers_column(headers))
+        columns.append(headers)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _headers_column(headers: Sequence[tuple[tuple[str, bytes | None], ...]]) -> pa.Array:
-    counts = [len(h) for h in headers]
-    list_offsets = pa.array([0, *accumulate(counts)], pa.int32())
-    names = [name for h in headers for name, _ in h]
-    values = [value for h in headers for _, value in h]
-    items = pa.StructArray.from_arrays(
-        [pa.array(names, pa.string()), pa.array(values, pa.binary())],
-        fields=list(HEADER_TYPE.value_type),
-    )
-    return pa.ListArray.from_arrays(list_offsets, items, type=HEADER_TYPE)
