@@ -22,6 +22,8 @@ from tsproxy.jobs.inventory import InventorySummary, attribute
 from tsproxy.jobs.plan import Listed, find_uploads, partition_count, prefix_of, spread
 from tsproxy.jobs.ratelimit import TokenBucket
 
+MIB, GIB = 1 << 20, 1 << 30
+
 # -- token bucket --------------------------------------------------------------------------------------
 
 
@@ -77,11 +79,12 @@ def test_spread_balances_by_weight() -> None:
 
 
 def test_partition_count() -> None:
-    assert partition_count(0, 8) == 1
-    assert partition_count(3, 8) == 3  # never more partitions than objects
-    assert partition_count(100, 2) == 8  # several per slot
-    assert partition_count(1_000_000, 2) == 500  # and at most about 2000 objects each
-    assert partition_count(100, 2, requested=5) == 5
+    assert partition_count(0, 0, 8) == 1
+    assert partition_count(3 * MIB, 3, 8) == 3  # never more partitions than objects
+    assert partition_count(100 * MIB, 100, 2) == 8  # several per slot
+    assert partition_count(1_000_000 * MIB, 1_000_000, 2) == 489  # about 2000 small objects each
+    assert partition_count(1000 * GIB, 1000, 2) == 500  # about 2 GiB of data each
+    assert partition_count(100 * MIB, 100, 2, requested=5) == 5
 
 
 def test_prefix_of() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tsproxy import config
-from tsproxy.errors import ConfigError, KeyRingError
+from tsproxy.errors import ConfigError, KeyRingError, S3Error
 
 CONFIG_FLAGS = (
     ("--backend", "backend", "file:///path or http(s)://host:port of the object store"),
@@ -179,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, KeyRingError) as e:
         print(f"tsproxy jobs: {e}", file=sys.stderr)
         return 2
+    except S3Error as e:  # the driver's listing or cleanup could not reach the backend
+        print(f"tsproxy jobs: backend: {e.code}: {e.message}", file=sys.stderr)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -375,7 +375,7 @@ def run_job(
     """Spread items over partitions, run the job's tasks on Spark, merge what they report."""
     sc = spark.sparkContext
     options = options.replace(task_slots=task_slots(spark))
-    n = partition_count(len(items), sc.defaultParallelism, partitions)
+    n = partition_count(sum(job.weight(i) for i in items), len(items), sc.defaultParallelism, partitions)
     runs = spread(items, n, job.weight)
     total_bytes = sum(i.size for i in items)
     counts = sc.accumulator({}, _counts_param())

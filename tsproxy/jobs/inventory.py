@@ -29,7 +29,7 @@ from .cleanup import Cleanup, apply_cleanup, orphan_rows, plan_cleanup
 from .driver import Listing, list_bucket, now, output_dir, write_json
 from .engine import JobRun, ObjectJob, TaskEnv, describe, opened_backend, run_job, write_rows
 from .options import JobOptions
-from .plan import Listed, find_uploads, prefix_of
+from .plan import OBJECT_WEIGHT, Listed, find_uploads, prefix_of
 from .probe import probe
 from .verify import UPLOADS_SCHEMA, upload_rows
 
@@ -237,7 +237,7 @@ class InventoryJob(ObjectJob):
         self.prefix_depth = prefix_depth
 
     def weight(self, item: Listed) -> int:
-        return 1  # a probe per object, whatever its size
+        return OBJECT_WEIGHT  # one small read per object, whatever its size
 
     def new_summary(self) -> InventorySummary:
         return InventorySummary()

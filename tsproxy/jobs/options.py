@@ -67,7 +67,7 @@ class JobOptions:
         values: dict[str, Any] = dict(
             backend=backend,
             bucket=bucket,
-            key_ring=str(cfg.key_ring) if cfg.key_ring and cfg.encryption else None,
+            key_ring=str(cfg.key_ring) if cfg.key_ring else None,
             region=cfg.backend_region,
             path_style=cfg.backend_path_style,
             access_key=cfg.backend_access_key,

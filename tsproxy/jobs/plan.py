@@ -19,6 +19,7 @@ UPLOADS = INTERNAL + "mpu/"
 # A fixed per-object cost, in bytes-equivalent, so that many small objects weigh as much as their
 # requests cost and not only as much as their bytes.
 OBJECT_WEIGHT = 1 << 20
+PARTITION_WEIGHT = 2 << 30
 
 
 class Listed(NamedTuple):
@@ -35,15 +36,17 @@ def default_weight(item: Listed) -> int:
     return OBJECT_WEIGHT + item.size
 
 
-def partition_count(objects: int, slots: int, requested: int = 0, per_partition: int = 2000) -> int:
+def partition_count(total_weight: int, objects: int, slots: int, requested: int = 0) -> int:
     """How many partitions to cut a listing into.
 
     Enough for every slot to have several (stragglers even out, progress moves in small steps) and
-    for no partition to hold more than about `per_partition` objects; never more than there are objects.
+    for no partition to weigh much more than PARTITION_WEIGHT (about 2,000 small objects, or two
+    GiB of data to read); never more than there are objects. Each task costs a backend client and a
+    key ring load (a tenth of a second or so), so partitions are not made smaller than that.
     """
     if objects <= 0:
         return 1
-    n = requested if requested > 0 else max(4 * max(slots, 1), -(-objects // per_partition))
+    n = requested if requested > 0 else max(4 * max(slots, 1), -(-total_weight // PARTITION_WEIGHT))
     return max(1, min(n, objects))
 
 

@@ -9,6 +9,7 @@ no multipart upload in progress under one), the old KEK can leave the ring.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -24,6 +25,8 @@ from .driver import Listing, list_bucket, output_dir, write_json
 from .engine import JobRun, ObjectJob, Tally, TaskEnv, describe, opened_backend, run_job
 from .options import JobOptions
 from .plan import OBJECT_WEIGHT, Listed, find_uploads
+
+log = logging.getLogger("tsproxy.jobs.rewrap")
 
 SCHEMA = pa.schema(
     [
@@ -196,6 +199,9 @@ async def _pending_uploads(options: JobOptions, ring: KeyRing, listing: Listing)
                 continue  # completed or aborted meanwhile
             except KeyNotFound as e:
                 out.append(PendingUpload(upload.upload_id, "?", str(e)))
+                continue
+            except (FormatError, ValueError, KeyError) as e:  # a damaged state: it cannot complete anyway
+                log.warning("upload %s: unreadable state: %s", upload.upload_id, e)
                 continue
             if ctx.kek_id is not None and ctx.kek_id != ring.active_id:
                 out.append(PendingUpload(upload.upload_id, state.key, ctx.kek_id))

@@ -142,13 +142,10 @@ class VerifyJob(ObjectJob):
         return {"status": "ok", "chunks": verifier.chunks}
 
     async def _passthrough(self, env: TaskEnv, item: Listed, etag: str, size: int) -> dict[str, Any]:
-        if not self.check_passthrough or not _PLAIN_MD5.match(etag):
-            return {
-                "status": "passthrough",
-                "detail": "not checked"
-                if self.check_passthrough is False
-                else "multipart ETag: not an MD5 to check against",
-            }
+        if not self.check_passthrough:
+            return {"status": "passthrough", "detail": "not checked"}
+        if not _PLAIN_MD5.match(etag):
+            return {"status": "passthrough", "detail": "multipart ETag: not an MD5 to check against"}
         md5 = hashlib.md5(usedforsecurity=False)
         seen = 0
         if size:
