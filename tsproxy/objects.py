@@ -89,6 +89,30 @@ class StoredObject:
     def passthrough(self) -> bool:
         return self.manifest is None
 
+    @classmethod
+    def written(
+        cls,
+        loc: Location,
+        info: ObjectInfo,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        backend_metadata: Mapping[str, str],
+    ) -> StoredObject:
+        """A tsproxy object: what the client sees comes from its manifest, the rest from the backend."""
+        return cls(
+            loc,
+            manifest.size,
+            manifest.etag,
+            info.last_modified,
+            manifest.content_type,
+            dict(manifest.metadata),
+            dict(manifest.headers),
+            info.etag,
+            manifest,
+            ctx,
+            backend_metadata,
+        )
+
 
 @dataclass(frozen=True)
 class ListedObject:
@@ -413,19 +437,7 @@ class ObjectService:
             tail_len = tail_length(trailer)
         _, tail = await self.backend.get_bytes(loc.bucket, loc.key, -tail_len, None, if_match=info.etag)
         manifest, ctx = await self._cpu("read", decode_tail, tail, self.keyring)
-        return StoredObject(
-            loc,
-            manifest.size,
-            manifest.etag,
-            info.last_modified,
-            manifest.content_type,
-            dict(manifest.metadata),
-            dict(manifest.headers),
-            info.etag,
-            manifest,
-            ctx,
-            meta,
-        )
+        return StoredObject.written(loc, info, manifest, ctx, meta)
 
     def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
         """The original bytes first..last (inclusive) of a resolved object, streamed."""
@@ -542,19 +554,7 @@ class ObjectService:
             )
             manifest = result["manifest"]
         self.invalidate(bucket, key)
-        return StoredObject(
-            loc,
-            manifest.size,
-            manifest.etag,
-            info.last_modified,
-            content_type,
-            dict(metadata),
-            dict(headers),
-            info.etag,
-            manifest,
-            ctx,
-            meta,
-        )
+        return StoredObject.written(loc, info, manifest, ctx, meta)
 
     async def delete(self, bucket: str, key: str) -> None:
         loc = self.ns.object(bucket, key)
@@ -609,19 +609,7 @@ class ObjectService:
             src_etag=src.backend_etag,
         )
         self.invalidate(bucket, key)
-        return StoredObject(
-            dst,
-            manifest.size,
-            manifest.etag,
-            info.last_modified,
-            manifest.content_type,
-            dict(manifest.metadata),
-            dict(manifest.headers),
-            info.etag,
-            manifest,
-            ctx,
-            manifest.backend_metadata(len(tail)),
-        )
+        return StoredObject.written(dst, info, manifest, ctx, manifest.backend_metadata(len(tail)))
 
     async def assemble(
         self,
@@ -835,19 +823,7 @@ class ObjectService:
         info = await self.assemble(dst, pieces, tail, meta, state.content_type)
         self.invalidate(bucket, key)
         await _quietly(self._drop_upload(bucket, upload_id))
-        return StoredObject(
-            dst,
-            manifest.size,
-            manifest.etag,
-            info.last_modified,
-            state.content_type,
-            dict(state.metadata),
-            dict(state.headers),
-            info.etag,
-            manifest,
-            ctx,
-            meta,
-        )
+        return StoredObject.written(dst, info, manifest, ctx, meta)
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload_state(bucket, key, upload_id)

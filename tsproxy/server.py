@@ -32,7 +32,7 @@ from tsproxy.config import Config
 from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.logs import redact
 from tsproxy.metrics import Metrics
-from tsproxy.objects import INTERNAL, Namespace, ObjectService, StoredObject
+from tsproxy.objects import INTERNAL, ListedPage, Namespace, ObjectService, StoredObject
 from tsproxy.s3 import ranges, xml
 from tsproxy.s3.routing import S3Request, parse_copy_source, route
 from tsproxy.s3.sigv4 import AuthResult, verify
@@ -440,39 +440,63 @@ def _encoding_type(query: Mapping[str, str]) -> str | None:
     return enc
 
 
-@operation("ListObjectsV2")
-async def list_objects_v2(proxy: Proxy, call: Call) -> web.StreamResponse:
+@dataclass(frozen=True)
+class _Listing:
+    """The parameters every listing shares, and the page they asked for."""
+
+    prefix: str
+    delimiter: str | None
+    max_keys: int
+    encoding: str | None
+    page: ListedPage
+
+    @property
+    def objects(self) -> list[xml.ObjectEntry]:
+        return [_entry(o) for o in self.page.objects]
+
+    @property
+    def next_marker(self) -> str | None:
+        """Where a v1 or versions listing goes on: the last key or common prefix of a truncated page."""
+        if not self.page.is_truncated:
+            return None
+        return max([o.key for o in self.page.objects] + self.page.common_prefixes, default=None)
+
+
+async def _list(proxy: Proxy, call: Call, *, start_after: str | None, token: str | None = None) -> _Listing:
     q = call.query
     max_keys = _max_keys(q)
-    prefix, delimiter = q.get("prefix", ""), q.get("delimiter") or None
-    token, start_after = q.get("continuation-token") or None, q.get("start-after") or None
-    encoding = _encoding_type(q)
-    page = (
-        await proxy.objects.list_objects(
+    prefix, delimiter, encoding = q.get("prefix", ""), q.get("delimiter") or None, _encoding_type(q)
+    page = ListedPage([], [], False, None)
+    if max_keys:
+        page = await proxy.objects.list_objects(
             call.bucket,
             prefix=prefix,
             delimiter=delimiter,
             start_after=start_after,
             token=token,
-            max_keys=max(max_keys, 1),
+            max_keys=max_keys,
         )
-        if max_keys
-        else None
-    )
+    return _Listing(prefix, delimiter, max_keys, encoding, page)
+
+
+@operation("ListObjectsV2")
+async def list_objects_v2(proxy: Proxy, call: Call) -> web.StreamResponse:
+    token, start_after = call.query.get("continuation-token") or None, call.query.get("start-after") or None
+    ls = await _list(proxy, call, start_after=start_after, token=token)
     return _xml(
         xml.list_objects_v2_xml(
             bucket=call.bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            max_keys=max_keys,
-            objects=[_entry(o) for o in page.objects] if page else [],
-            common_prefixes=page.common_prefixes if page else [],
-            is_truncated=page.is_truncated if page else False,
+            prefix=ls.prefix,
+            delimiter=ls.delimiter,
+            max_keys=ls.max_keys,
+            objects=ls.objects,
+            common_prefixes=ls.page.common_prefixes,
+            is_truncated=ls.page.is_truncated,
             continuation_token=token,
-            next_continuation_token=page.next_token if page and page.is_truncated else None,
+            next_continuation_token=ls.page.next_token if ls.page.is_truncated else None,
             start_after=start_after,
-            encoding_type=encoding,
-            fetch_owner=q.get("fetch-owner") == "true",
+            encoding_type=ls.encoding,
+            fetch_owner=call.query.get("fetch-owner") == "true",
             owner_id=OWNER_ID,
         )
     )
@@ -480,34 +504,20 @@ async def list_objects_v2(proxy: Proxy, call: Call) -> web.StreamResponse:
 
 @operation("ListObjects")
 async def list_objects_v1(proxy: Proxy, call: Call) -> web.StreamResponse:
-    q = call.query
-    max_keys = _max_keys(q)
-    prefix, delimiter, marker = q.get("prefix", ""), q.get("delimiter") or None, q.get("marker") or None
-    encoding = _encoding_type(q)
-    page = (
-        await proxy.objects.list_objects(
-            call.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max(max_keys, 1)
-        )
-        if max_keys
-        else None
-    )
-    next_marker = None
-    if page is not None and page.is_truncated:
-        last_key = page.objects[-1].key if page.objects else ""
-        last_prefix = page.common_prefixes[-1] if page.common_prefixes else ""
-        next_marker = max(last_key, last_prefix)
+    marker = call.query.get("marker") or None
+    ls = await _list(proxy, call, start_after=marker)
     return _xml(
         xml.list_objects_v1_xml(
             bucket=call.bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            max_keys=max_keys,
+            prefix=ls.prefix,
+            delimiter=ls.delimiter,
+            max_keys=ls.max_keys,
             marker=marker,
-            objects=[_entry(o) for o in page.objects] if page else [],
-            common_prefixes=page.common_prefixes if page else [],
-            is_truncated=page.is_truncated if page else False,
-            next_marker=next_marker,
-            encoding_type=encoding,
+            objects=ls.objects,
+            common_prefixes=ls.page.common_prefixes,
+            is_truncated=ls.page.is_truncated,
+            next_marker=ls.next_marker,
+            encoding_type=ls.encoding,
             owner_id=OWNER_ID,
         )
     )
@@ -516,32 +526,20 @@ async def list_objects_v1(proxy: Proxy, call: Call) -> web.StreamResponse:
 @operation("ListObjectVersions")
 async def list_object_versions(proxy: Proxy, call: Call) -> web.StreamResponse:
     # Buckets behind tsproxy are unversioned: every current object is version "null".
-    q = call.query
-    max_keys = _max_keys(q)
-    prefix, delimiter, marker = q.get("prefix", ""), q.get("delimiter") or None, q.get("key-marker") or None
-    encoding = _encoding_type(q)
-    page = (
-        await proxy.objects.list_objects(
-            call.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max(max_keys, 1)
-        )
-        if max_keys
-        else None
-    )
-    next_marker = None
-    if page is not None and page.is_truncated:
-        next_marker = max([o.key for o in page.objects] + page.common_prefixes)
+    marker = call.query.get("key-marker") or None
+    ls = await _list(proxy, call, start_after=marker)
     return _xml(
         xml.list_object_versions_xml(
             bucket=call.bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            max_keys=max_keys,
+            prefix=ls.prefix,
+            delimiter=ls.delimiter,
+            max_keys=ls.max_keys,
             key_marker=marker,
-            objects=[_entry(o) for o in page.objects] if page else [],
-            common_prefixes=page.common_prefixes if page else [],
-            is_truncated=page.is_truncated if page else False,
-            next_key_marker=next_marker,
-            encoding_type=encoding,
+            objects=ls.objects,
+            common_prefixes=ls.page.common_prefixes,
+            is_truncated=ls.page.is_truncated,
+            next_key_marker=ls.next_marker,
+            encoding_type=ls.encoding,
             owner_id=OWNER_ID,
         )
     )
