@@ -192,8 +192,9 @@ class Metrics:
         for op in BACKEND_OPERATIONS:
             self.backend_seconds.labels(op)
             self.backend_retries.labels(op)
-            self.backend_requests.labels(op, "ok")
-            self.backend_requests.labels(op, "error")
+            # "error" stands for the error codes to come, so failure panels have a zero line from the start.
+            for outcome in ("ok", "not_found", "error"):
+                self.backend_requests.labels(op, outcome)
         for direction in ("store", "read"):
             self.transform_cpu_seconds.labels(direction)
         for result in ("hit", "miss"):

@@ -43,6 +43,7 @@ log = logging.getLogger("tsproxy.server")
 access_log = logging.getLogger("tsproxy.access")
 
 OWNER_ID = "tsproxy"
+NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})
 # A completion still running after this many seconds answers 200 at once and keeps the connection alive.
 COMPLETE_KEEPALIVE_AFTER = 5.0
 XML_DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -175,6 +176,9 @@ def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
     def on_request(
         op: str, outcome: str, seconds: float, retries: int, bytes_in: int, bytes_out: int
     ) -> None:
+        # A missing key is an answer, not a failure: clients look up objects that may not exist.
+        if outcome in NOT_FOUND:
+            outcome = "not_found"
         metrics.backend_requests.labels(op, outcome).inc()
         metrics.backend_seconds.labels(op).observe(seconds)
         if retries:

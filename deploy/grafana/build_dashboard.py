@@ -362,7 +362,7 @@ ROWS: list[Row] = [
                 "Backend requests that ended in an error, and retried attempts, per second.",
                 [
                     Target(
-                        rate("tsproxy_backend_requests_total", 'outcome!="ok"', by="outcome"),
+                        rate("tsproxy_backend_requests_total", 'outcome!~"ok|not_found"', by="outcome"),
                         "failed {{outcome}}",
                     ),
                     Target(rate("tsproxy_backend_retries_total", by="operation"), "retry {{operation}}"),

@@ -273,11 +273,6 @@ def test_alert_rules_load_and_evaluate(live: LiveRun) -> None:
     assert not unhealthy
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a client GET of a missing key is counted as a failed backend request (HeadObject, outcome "
-    "NoSuchKey), so TsproxyBackendErrors goes pending on an ordinary 404",
-)
 def test_no_alert_on_a_healthy_workload(live: LiveRun) -> None:
     """Uploads, reads, listings and a few 404s are normal traffic: no alert may even be pending."""
     active = {r["name"]: r["state"] for r in _evaluated_rules(live) if r["state"] != "inactive"}
