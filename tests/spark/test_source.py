@@ -15,6 +15,7 @@ import pytest
 from tests.spark.conftest import BASE_TS, RANGE_SEGMENTS, Tiered, WeedTiered
 from tests.spark.kafkadata import PartitionWriter, Row, kafka_uuid, upload_aiven, upload_logdir
 from tsproxy.format import KeyRing
+from tsproxy.kafka.records import iter_batches
 
 pytestmark = pytest.mark.spark
 
@@ -46,6 +47,10 @@ def _bytes(value: Any) -> bytes | None:
 
 
 def test_every_record_round_trips(spark: Any, tiered: Tiered) -> None:
+    # kafka-python stores a batch uncompressed when compressing does not help: check every codec is in.
+    batches = [h for s in tiered.segments("orders") for h in iter_batches(s.data)]
+    assert {h.codec for h in batches} == {0, 1, 2, 3, 4}
+    assert any(h.is_control for h in batches) and any(h.timestamp_type == 1 for h in batches)
     got = collect(load(spark, tiered.options(topics="orders", includeHeaders="true")))
     expected = tiered.rows("orders")
     assert got == expected  # in topic, partition, offset order, every field equal

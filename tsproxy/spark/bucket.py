@@ -37,6 +37,8 @@ _OPEN_CACHE = 64  # decoded tails kept per process: a worker reads several piece
 
 _clients: dict[StoreOptions, Any] = {}
 _rings: dict[str, KeyRing] = {}
+# Tails of tsproxy objects read lately (segment objects are immutable once uploaded).
+_opened: OrderedDict[tuple[StoreOptions, str], _Opened] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -93,7 +95,6 @@ class Bucket:
     def __init__(self, options: StoreOptions) -> None:
         self.options = options
         self.requests = 0  # GETs and LISTs this instance made (for tests and progress)
-        self._opened: OrderedDict[str, _Opened] = OrderedDict()
 
     @property
     def client(self) -> Any:
@@ -188,10 +189,12 @@ class Bucket:
     # -- tsproxy objects, read straight from the backend -------------------------------------------------
 
     def _open(self, key: str, stored_size: int | None) -> _Opened:
-        cached = self._opened.get(key)
-        if cached is not None and (stored_size is None or cached.stored_size == stored_size):
-            self._opened.move_to_end(key)
-            return cached
+        cache_key = (self.options, key)
+        with _lock:
+            cached = _opened.get(cache_key)
+            if cached is not None and (stored_size is None or cached.stored_size == stored_size):
+                _opened.move_to_end(cache_key)
+                return cached
         try:
             suffix, size = self._get(key, f"bytes=-{TAIL_GUESS}")
         except errors.InvalidRange:
@@ -210,9 +213,10 @@ class Bucket:
             except errors.FormatError as e:
                 raise type(e)(f"{self.uri(key)}: {e}") from None
         opened = _Opened(size, manifest, ctx, suffix)
-        self._opened[key] = opened
-        if len(self._opened) > _OPEN_CACHE:
-            self._opened.popitem(last=False)
+        with _lock:
+            _opened[cache_key] = opened
+            while len(_opened) > _OPEN_CACHE:
+                _opened.popitem(last=False)
         return opened
 
     def _stored_reader(self, key: str, opened: _Opened) -> Callable[[int, int], bytes]:

@@ -12,12 +12,16 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tsproxy.errors import ConfigError, TsproxyError
 
-from .export import PARTITION_BY, ExportJob, ExportSummary, run_export
-from .options import OptionError, StoreOptions, parse_read_options
+from .options import PARTITION_BY, OptionError, StoreOptions, parse_read_options
+
+# Import-light: the main CLI loads this module for every command, so pyarrow and pyspark are only
+# imported once an export actually runs.
+if TYPE_CHECKING:
+    from .export import ExportJob, ExportSummary
 
 
 def add_export_arguments(p: argparse.ArgumentParser, *, with_master: bool = True) -> None:
@@ -82,6 +86,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def job_from_args(args: argparse.Namespace) -> ExportJob:
     """The validated job; OptionError (a ConfigError) on bad flags."""
+    from .export import ExportJob
+
     given = {
         "bucket": args.bucket, "prefix": args.prefix, "layout": args.layout, "region": args.region,
         "skipCorrupt": str(args.skip_corrupt), "endpoint": args.endpoint, "topics": args.topics,
@@ -127,6 +133,8 @@ def _conf(pairs: Sequence[str]) -> dict[str, str]:
 
 def run_command(args: argparse.Namespace, spark: Any | None = None) -> int:
     """Run the export described by parsed flags; prints progress to stderr and the summary to stdout."""
+    from .export import run_export
+
     job = job_from_args(args)
     conf = _conf(args.conf)
     own = spark is None

@@ -41,14 +41,13 @@ from tsproxy.kafka.records import DecodeStats
 from .arrow import arrow_schema
 from .bucket import Bucket
 from .catalog import list_segments
-from .options import OptionError, ReadOptions, StoreOptions
+from .options import PARTITION_BY, OptionError, ReadOptions, StoreOptions
 from .output import Output, open_output
 from .planning import Piece, order_segments
 from .reading import read_piece
 
 log = logging.getLogger("tsproxy.spark")
 
-PARTITION_BY = ("partition", "hourly")
 STATE_DIR = "_tsproxy_export/done/"
 ROW_GROUP_ROWS = 1 << 17
 HOUR_MS = 3_600_000

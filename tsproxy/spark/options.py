@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from tsproxy.errors import ConfigError
 
 LAYOUTS = ("aiven", "logdir")
+PARTITION_BY = ("partition", "hourly")  # the export's output layouts
 DEFAULT_MAX_BYTES = 64 << 20
 MIN_SPLIT_BYTES = 16 << 10
 
