@@ -89,12 +89,14 @@ class Rule:
 
 @dataclass(frozen=True)
 class Seen:
-    """One request the proxy received: its fault (None if forwarded untouched) and upstream status."""
+    """One request the proxy received: its fault (None if forwarded untouched), upstream status, and
+    its headers (names in lower case)."""
 
     method: str
     path: str
     fault: str | None
     status: int | None
+    headers: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass
@@ -194,9 +196,10 @@ class FaultyProxy:
                     return rule
         return None
 
-    def _record(self, method: str, path: str, fault: str | None, status: int | None) -> None:
+    def _record(self, request: web.Request, fault: str | None, status: int | None) -> None:
+        headers = {k.lower(): v for k, v in request.headers.items()}
         with self._lock:
-            self.seen.append(Seen(method, path, fault, status))
+            self.seen.append(Seen(request.method, request.raw_path, fault, status, headers))
 
     # -- the proxy
 
@@ -207,11 +210,11 @@ class FaultyProxy:
         if rule is not None and kind in ("slowdown", "internal_error", "error", "drop"):
             await _drain(request)
             if kind == "drop":
-                self._record(method, path, kind, None)
+                self._record(request, kind, None)
                 _cut(request)
                 raise asyncio.CancelledError  # aiohttp ends the handler quietly; nothing is sent
             status, code, message = _ERRORS.get(kind, (rule.status, rule.code, "Injected fault."))
-            self._record(method, path, kind, status)
+            self._record(request, kind, status)
             return _error_response(status, code, message, path)
         if rule is not None and kind == "delay":
             await asyncio.sleep(rule.delay)
@@ -236,7 +239,7 @@ class FaultyProxy:
                 if k.lower() not in HOP_BY_HOP:
                     response.headers.add(k, v)
             fault = rule.kind if rule is not None else None
-            self._record(method, path, fault, upstream.status)
+            self._record(request, fault, upstream.status)
             await response.prepare(request)
             if method == "HEAD" or upstream.status in (204, 304):
                 return response

@@ -68,6 +68,7 @@ T = TypeVar("T")
 DELETE_BATCH = 1000  # S3's limit of keys per DeleteObjects request
 COPY_THRESHOLD = 5 << 30  # CopyObject's limit; larger objects are copied part by part
 COPY_PART_SIZE = 512 * MIB
+RESUME_CREDIT = 8 * MIB  # body bytes read since a failure that reset a reader's failure count
 _XML_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\r\ufffe\uffff\ud800-\udfff]")
 
 
@@ -118,9 +119,10 @@ class S3Reader:
         self._end = end  # exclusive
         self._call = call
         self._closed = False
+        self._failures = 0
+        self._since_failure = 0
 
     async def _piece(self, limit: int) -> bytes:
-        failures = 0
         while self._pos < self._end and not self._closed:
             try:
                 data: bytes = await self._body.read(min(limit, self._end - self._pos))
@@ -132,30 +134,42 @@ class S3Reader:
                         raise errors.InternalError("The storage backend sent more bytes than asked for.")
                     self._pos += len(data)
                     self._call.bytes_in += len(data)
+                    self._since_failure += len(data)
                     return data
                 error = errors.ServiceUnavailable("The storage backend ended a body early.")
-            # The body stopped short: pick up where it stopped, from the same object version.
-            failures += 1
-            self._body.close()
-            if not self._backend.backoff.allows_another(failures):
-                failure = s3errors.to_s3_error(error)
-                self._call.finish(failure)
-                raise failure from error
-            self._call.retries += 1
-            await asyncio.sleep(self._backend.backoff.delay(failures))
-            try:
-                response = await self._backend._get_object(
-                    self._bucket, self._key, f"bytes={self._pos}-{self._end - 1}", self.info.etag, self._call
-                )
-            except errors.PreconditionFailed:
-                failure = errors.InternalError("The object changed in the backend while it was being read.")
-                self._call.finish(failure)
-                raise failure from None
-            except BaseException as e:
-                self._call.finish(e)
-                raise
-            self._body = response["Body"]
+            await self._resume(error)
         return b""
+
+    async def _resume(self, error: BaseException) -> None:
+        """Pick up a body that stopped short where it stopped, from the same object version.
+
+        Failures count against the backend's attempts, as for any request; a good stretch of body
+        (`RESUME_CREDIT`) since the last failure starts the count afresh, so a long read survives
+        the odd dropped connection but not a store that cuts every answer short.
+        """
+        self._body.close()
+        if self._since_failure >= RESUME_CREDIT:
+            self._failures = 0
+        self._failures += 1
+        self._since_failure = 0
+        if not self._backend.backoff.allows_another(self._failures):
+            failure = s3errors.to_s3_error(error)
+            self._call.finish(failure)
+            raise failure from error
+        self._call.retries += 1
+        await asyncio.sleep(self._backend.backoff.delay(self._failures))
+        try:
+            response = await self._backend._get_object(
+                self._bucket, self._key, f"bytes={self._pos}-{self._end - 1}", self.info.etag, self._call
+            )
+        except errors.PreconditionFailed:
+            failure = errors.InternalError("The object changed in the backend while it was being read.")
+            self._call.finish(failure)
+            raise failure from None
+        except BaseException as e:
+            self._call.finish(e)
+            raise
+        self._body = response["Body"]
 
     async def _pieces(self) -> AsyncIterator[bytes]:
         while piece := await self._piece(self._backend.read_size):
