@@ -131,3 +131,26 @@ def test_read_piece_cuts_arrow_batches_at_the_row_limit() -> None:
     batches = list(read_piece(MemoryBucket({KEY: data}), piece(), include_headers=True, rows_per_batch=30))
     assert [b.num_rows for b in batches] == [30, 30, 30, 10]
     assert [r["offset"] for b in batches for r in b.to_pylist()] == [r[0] for r in rows]
+
+
+def test_read_ahead_keeps_order_passes_errors_and_stops_early() -> None:
+    from tsproxy.spark.prefetch import ReadAhead
+
+    closed = []
+
+    def source(n: int, fail_at: int | None = None):  # type: ignore[no-untyped-def]
+        try:
+            for i in range(n):
+                if i == fail_at:
+                    raise NoSuchKey("gone")
+                yield bytes([i])
+        finally:
+            closed.append(n)
+
+    assert b"".join(ReadAhead(source(50), depth=3)) == bytes(range(50))
+    with pytest.raises(NoSuchKey, match="gone"):
+        list(ReadAhead(source(10, fail_at=4)))
+    early = ReadAhead(source(10_000), depth=2)
+    assert next(iter(early)) == b"\x00"
+    early.close()
+    assert not early._thread.is_alive() and closed == [50, 10, 10_000]

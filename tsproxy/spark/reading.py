@@ -28,6 +28,7 @@ from tsproxy.kafka.records import (
 from .arrow import rows_to_batch
 from .bucket import Bucket
 from .planning import Piece
+from .prefetch import ReadAhead
 
 REGION_BYTES = 8 << 20  # decode once this much is buffered
 ROWS_PER_BATCH = 32768  # Arrow batch size handed to Spark / the Parquet writer
@@ -137,8 +138,9 @@ def piece_rows(
             )
         )
 
-    with closing(bucket.stream(piece.key, piece.first, piece.end, stored_size=piece.size)) as stream:
-        yield from _regions(stream, buf, buf_pos, piece, name, decode, times, skip_corrupt)
+    stream = ReadAhead(bucket.stream(piece.key, piece.first, piece.end, stored_size=piece.size))
+    with closing(stream):
+        yield from _regions(iter(stream), buf, buf_pos, piece, name, decode, times, skip_corrupt)
 
 
 def _regions(
