@@ -40,7 +40,10 @@ async def list_bucket(backend: Backend, options: JobOptions, *, internal: bool =
     inner: list[Listed] = []
     uploads: list[UploadInfo] = []
     if internal:
-        inner = await list_keys(backend, root.bucket, root.key + INTERNAL)
+        if options.prefix:
+            inner = await list_keys(backend, root.bucket, root.key + INTERNAL)
+        else:  # already listed with everything else
+            inner = [i for i in listed if internal_part(i.key, root.key) is not None]
         uploads = await backend.list_multipart_uploads(root.bucket, root.key + options.prefix)
     return Listing(root.bucket, root.key, objects, inner, uploads)
 

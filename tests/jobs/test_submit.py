@@ -1,0 +1,49 @@
+"""The jobs run under spark-submit too: the CLI module is the application script."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tsproxy.jobs.cli
+from tests.jobs.jobhelpers import records
+from tsproxy.format import KeyRing, TransformSettings, encode_object
+from tsproxy.format.manifest import META_FORMAT
+from tsproxy.store.local import LocalBackend
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+async def _seed(root: Path, ring: KeyRing) -> None:
+    backend = LocalBackend(root, fsync=False)
+    await backend.start()
+    await backend.create_bucket("submitted")
+    good = encode_object(records(200_000, 1), TransformSettings(chunk_size=1 << 16), ring)
+    bad = bytearray(good)
+    bad[100] ^= 1
+    await backend.put("submitted", "good", good, metadata={META_FORMAT: "1"})
+    await backend.put("submitted", "bad", bytes(bad), metadata={META_FORMAT: "1"})
+    await backend.close()
+
+
+def test_verify_under_spark_submit(tmp_path: Path) -> None:
+    ring = KeyRing.new()
+    ring.save(tmp_path / "ring.json")
+    asyncio.run(_seed(tmp_path / "store", ring))
+    submit = Path(sys.executable).parent / "spark-submit"
+    out = tmp_path / "out"
+    argv = [str(submit), "--master", "local[1]", tsproxy.jobs.cli.__file__, "verify", "--bucket", "submitted"]
+    argv += ["--backend", f"file://{tmp_path / 'store'}", "--key-ring", str(tmp_path / "ring.json")]
+    argv += ["--output", str(out)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "CORRUPT: bad" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {"ok": 1, "corrupt": 1} and summary["ok"] is False
