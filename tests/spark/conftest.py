@@ -1,7 +1,7 @@
 """Fixtures of the Spark pipeline tests.
 
 - `spark` (session): one local[2] SparkSession for every test that needs one (a JVM start costs seconds).
-- `tiered` (module): a real tsproxy (embedded local backend) holding Kafka segments built with
+- `tiered` (session): a real tsproxy (embedded local backend) holding Kafka segments built with
   kafka-python's record builder, in the Aiven tiered-storage layout, plus what a reader should get.
 - `tiered_weed` (module): the same data written through a tsproxy whose backend is a real SeaweedFS
   (encrypted and compressed there), for reads straight from the backend with the key ring.
@@ -24,6 +24,7 @@ from tsproxy.format import KeyRing
 BASE_TS = 1_700_000_000_000
 RANGE_SEGMENTS = 6
 RANGE_BATCHES = 40  # per segment, 5 records each, 10 ms apart
+Headers = tuple[tuple[str, bytes | None], ...]
 
 
 @pytest.fixture(scope="session")
@@ -50,17 +51,15 @@ def build_orders() -> dict[tuple[str, int], PartitionWriter]:
     p0 = PartitionWriter("orders", 0)
     ts = BASE_TS
 
-    def rows(
-        n: int, tag: str
-    ) -> list[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]]:
+    def rows(n: int, tag: str) -> list[tuple[int, bytes | None, bytes | None, Headers]]:
         nonlocal ts
-        out = []
+        out: list[tuple[int, bytes | None, bytes | None, Headers]] = []
         for i in range(n):
             key = None if i % 4 == 0 else f"{tag}-key-{i}".encode()
             value = (
                 None if i % 9 == 5 else (b"" if i % 9 == 6 else f"{tag}-value-{i}-".encode() * (1 + i % 5))
             )
-            headers = (("trace", f"{tag}{i}".encode()), ("ünïcode", None)) if i % 3 == 1 else ()
+            headers: Headers = (("trace", f"{tag}{i}".encode()), ("ünïcode", None)) if i % 3 == 1 else ()
             out.append((ts + (i * 7) % 13, key, value, headers))
         ts += 50
         return out
@@ -154,7 +153,7 @@ def _all_writers() -> dict[tuple[str, int], PartitionWriter]:
     return {**build_orders(), ("ranges", 0): build_ranges()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
     tmp = tmp_path_factory.mktemp("tiered")
     KeyRing.new().save(tmp / "ring.json")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator, Iterator
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -102,9 +105,9 @@ def test_reading_stops_once_past_max_offset(monkeypatch: pytest.MonkeyPatch) -> 
     bucket = MemoryBucket({KEY: data}, piece=100)
     fetched = 0
 
-    def counting(*args: object, **kw: object):  # type: ignore[no-untyped-def]
+    def counting(*args: Any, **kw: Any) -> Iterator[bytes]:
         nonlocal fetched
-        for part in MemoryBucket.stream(bucket, *args, **kw):  # type: ignore[arg-type]
+        for part in MemoryBucket.stream(bucket, *args, **kw):
             fetched += len(part)
             yield part
 
@@ -138,7 +141,7 @@ def test_read_ahead_keeps_order_passes_errors_and_stops_early() -> None:
 
     closed = []
 
-    def source(n: int, fail_at: int | None = None):  # type: ignore[no-untyped-def]
+    def source(n: int, fail_at: int | None = None) -> Generator[bytes, None, None]:
         try:
             for i in range(n):
                 if i == fail_at:
