@@ -12,10 +12,13 @@ against three S3 endpoints over the same SeaweedFS:
 
 Scenarios, per system: a multipart upload (25 MiB parts, 4 at once); sequential 1 MiB fetches from
 offset 0 to the end on an empty cache ("cold": tsproxy and rclone restarted on a new cache directory),
-then the same again ("warm"); sequential 4 MiB chunk reads, cold; random 1 MiB fetches, cold. Every
-body read is checked against the segment. Backend figures are SeaweedFS' own counters for the
-system's bucket: GET requests (HEADs count as GETs there) per MiB the client read, and body bytes
-SeaweedFS sent (received, for the upload) per client byte.
+then the same again ("warm"); sequential 4 MiB chunk reads, cold; random 1 MiB fetches, cold. A fetch
+starts at a record batch, as a broker's does, so fetches overlap by a partial batch and cross chunk
+boundaries anywhere. Requests are signed and sent by a lean client (fetch_support.LeanS3) so that the
+client's own cost stays small beside the servers'; every body read is checked against the segment.
+Backend figures are SeaweedFS' own counters for the system's bucket: GET requests (HEADs count as GETs
+there) per MiB the client read, and body bytes SeaweedFS sent (received, for the upload) per client byte.
+The machine's load average is printed with the table: other processes move every figure.
 
     .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -87,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--size must be at least 2 (MiB)")
     random_count = args.random_reads or max(8, args.size // 2)
 
+    # Other processes on the machine move every figure: say how busy it was.
+    load_before = os.getloadavg()[0]
     started_at = time.perf_counter()
     segment = build_segment(args.size * MIB)
     print(
@@ -116,9 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             weed.stop()
 
+    load_after = os.getloadavg()[0]
     order = {s: i for i, s in enumerate(SCENARIOS)}
     rows.sort(key=lambda r: (order[r["scenario"]], SYSTEMS.index(r["system"])))
-    print(f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches\n")
+    print(
+        f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches "
+        f"({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, {load_after:.1f} after)\n"
+    )
     print(markdown_table(rows))
     print("\nGoals:")
     for goal in check_goals(rows):

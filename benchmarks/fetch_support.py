@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import http.client
 import math
 import os
 import random
@@ -26,8 +27,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -216,8 +219,12 @@ class System(Protocol):
     bucket: str  # the bucket its clients use
     backend_bucket: str  # where its stored bytes land in SeaweedFS
 
-    def client(self) -> Any:
-        """A boto3 client for this endpoint."""
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def keys(self) -> tuple[str, str]:
+        """A client's access key and secret key."""
         ...
 
     def go_cold(self) -> None:
@@ -229,6 +236,16 @@ class System(Protocol):
         ...
 
     def stop(self) -> None: ...
+
+
+def lean_client(system: System) -> LeanS3:
+    """A LeanS3 for the system as it is now (a restart moves tsproxy and rclone to new ports)."""
+    return LeanS3(system.endpoint, *system.keys)
+
+
+def boto3_client(system: System) -> Any:
+    """A boto3 client for the system as it is now, for the calls whose cost does not matter."""
+    return s3_client(system.endpoint, *system.keys)
 
 
 def s3_client(endpoint: str, access_key: str, secret_key: str) -> Any:
@@ -252,6 +269,82 @@ def s3_client(endpoint: str, access_key: str, secret_key: str) -> Any:
             read_timeout=300,
         ),
     )
+
+
+class LeanS3:
+    """The least client work per request Python offers: SigV4-signed requests (botocore's signer; bodies
+    sent as UNSIGNED-PAYLOAD, so never hashed) over one kept-alive connection per thread. boto3 spends
+    about a millisecond of its own on each 1 MiB GET, as much as a fast server needs, which would hide
+    the differences between the systems under test."""
+
+    def __init__(self, endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1") -> None:
+        from botocore.credentials import Credentials
+
+        parts = urllib.parse.urlsplit(endpoint)
+        self.endpoint, self.host, self.port = endpoint.rstrip("/"), parts.hostname or "", parts.port or 80
+        self.credentials, self.region = Credentials(access_key, secret_key), region
+        self._local = threading.local()
+
+    def _connection(self, fresh: bool = False) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None or fresh:
+            if conn is not None:
+                conn.close()
+            conn = self._local.conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+        return conn
+
+    def request(
+        self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One signed request; (status, headers with lower-case names, body). A kept-alive connection the
+        server closed in between is opened again once, before anything was answered."""
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        signed = AWSRequest(method=method, url=self.endpoint + path, headers=dict(headers or {}))
+        signed.context["payload_signing_enabled"] = False
+        SigV4Auth(self.credentials, "s3", self.region).add_auth(signed)
+        for attempt in (1, 2):
+            conn = self._connection(fresh=attempt == 2)
+            try:
+                conn.putrequest(method, path, skip_accept_encoding=True)
+                for name, value in signed.headers.items():
+                    conn.putheader(name, value)
+                conn.putheader("Content-Length", str(len(body or b"")))
+                conn.endheaders()
+                if body:
+                    assert conn.sock is not None
+                    conn.sock.sendall(memoryview(body))
+                response = conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if attempt == 2:
+                    raise
+                continue
+            data = response.read()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def path(bucket: str, key: str, query: str = "") -> str:
+        return f"/{bucket}/{urllib.parse.quote(key, safe='/-_.~')}" + (f"?{query}" if query else "")
+
+    def get_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of an object; anything but those bytes is an error."""
+        status, headers, data = self.request(
+            "GET", self.path(bucket, key), {"Range": f"bytes={start}-{end - 1}"}
+        )
+        # 206 is S3's answer; rclone's gofakes3 says 200 with the right Content-Range.
+        if status not in (200, 206) or not headers.get("content-range", "").startswith(f"bytes {start}-"):
+            raise RuntimeError(f"GET {key} bytes {start}-{end - 1}: {status} {data[:300]!r}")
+        return data
+
+    def put_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes) -> str:
+        """UploadPart; returns the part's ETag."""
+        query = f"partNumber={number}&uploadId={urllib.parse.quote(upload_id, safe='')}"
+        status, headers, data = self.request("PUT", self.path(bucket, key, query), body=body)
+        if status != 200:
+            raise RuntimeError(f"UploadPart {number} of {key}: {status} {data[:300]!r}")
+        return headers["etag"]
 
 
 def _free_port() -> int:
@@ -305,10 +398,9 @@ class DirectSystem:
     def __init__(self, weed: SeaweedFS, bucket: str) -> None:
         self.weed = weed
         self.bucket = self.backend_bucket = bucket
-        self.client().create_bucket(Bucket=bucket)
-
-    def client(self) -> Any:
-        return s3_client(self.weed.endpoint, self.weed.access_key, self.weed.secret_key)
+        self.endpoint = weed.endpoint
+        self.keys = (weed.access_key, weed.secret_key)
+        boto3_client(self).create_bucket(Bucket=bucket)
 
     def go_cold(self) -> None:
         pass
@@ -339,7 +431,7 @@ class TsproxySystem:
         self.generation = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._start()
-        self.client().create_bucket(Bucket=bucket)
+        boto3_client(self).create_bucket(Bucket=bucket)
 
     def _start(self) -> None:
         self.generation += 1
@@ -379,8 +471,9 @@ class TsproxySystem:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self) -> Any:
-        return s3_client(self.endpoint, CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY)
+    @property
+    def keys(self) -> tuple[str, str]:
+        return CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY
 
     def metric(self, name: str) -> float:
         """The sum of every sample of one of tsproxy's own metrics."""
@@ -434,7 +527,7 @@ class RcloneSystem:
         self.generation = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._start()
-        self.client().create_bucket(Bucket=bucket)
+        boto3_client(self).create_bucket(Bucket=bucket)
 
     def _obscure(self, secret: str) -> str:
         done = subprocess.run(
@@ -502,8 +595,9 @@ class RcloneSystem:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self) -> Any:
-        return s3_client(self.endpoint, CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY)
+    @property
+    def keys(self) -> tuple[str, str]:
+        return CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY
 
     def _vfs_stats(self) -> dict[str, Any]:
         request = urllib.request.Request(
@@ -585,15 +679,13 @@ def measure_reads(
 ) -> Measurement:
     """Read `ranges` of `key` one after another, as one consumer does; every body is checked against
     `expected` (outside the timed part) so a fast wrong answer cannot pass."""
-    client = system.client()
+    client = lean_client(system)
     before = settled_traffic(weed, system.backend_bucket)
     latencies: list[float] = []
     total = 0
     for start, end in ranges:
         begin = time.perf_counter()
-        body = client.get_object(Bucket=system.bucket, Key=key, Range=f"bytes={start}-{end - 1}")[
-            "Body"
-        ].read()
+        body = client.get_range(system.bucket, key, start, end)
         latencies.append(time.perf_counter() - begin)
         if body != expected[start:end]:
             raise AssertionError(f"{system.name}: bytes {start}-{end - 1} of {key} read back wrong")
@@ -603,10 +695,11 @@ def measure_reads(
 
 
 def measure_upload(system: System, weed: SeaweedFS, key: str, data: bytes) -> Measurement:
-    """A multipart upload of `data` in PART_BYTES parts, UPLOAD_CONCURRENCY at once; latencies are the
-    parts'. The time is what the client waits for; backend traffic is counted once the system says the
-    bytes are stored (rclone acknowledges before its write-back)."""
-    client = system.client()
+    """A multipart upload of `data` in PART_BYTES parts, UPLOAD_CONCURRENCY at once (parts sent by LeanS3,
+    creation and completion by boto3); latencies are the parts'. The time is what the client waits for;
+    backend traffic is counted once the system says the bytes are stored (rclone acknowledges before its
+    write-back)."""
+    client, lean = boto3_client(system), lean_client(system)
     before = settled_traffic(weed, system.backend_bucket)
     parts = [(n + 1, data[pos : pos + PART_BYTES]) for n, pos in enumerate(range(0, len(data), PART_BYTES))]
 
@@ -616,10 +709,8 @@ def measure_upload(system: System, weed: SeaweedFS, key: str, data: bytes) -> Me
     def put(part: tuple[int, bytes]) -> tuple[float, dict[str, Any]]:
         number, body = part
         start = time.perf_counter()
-        answer = client.upload_part(
-            Bucket=system.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
-        )
-        return time.perf_counter() - start, {"PartNumber": number, "ETag": answer["ETag"]}
+        etag = lean.put_part(system.bucket, key, upload_id, number, body)
+        return time.perf_counter() - start, {"PartNumber": number, "ETag": etag}
 
     with ThreadPoolExecutor(UPLOAD_CONCURRENCY) as pool:
         done = list(pool.map(put, parts))

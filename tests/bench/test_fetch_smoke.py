@@ -1,0 +1,66 @@
+"""benchmarks/fetch.py end to end at 8 MiB, tsproxy and direct SeaweedFS only (no rclone): every row is
+there with sane figures, the table and the goal checks are printed. Figures are never compared with
+time thresholds; only what must hold whatever the machine's speed is checked."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fetch_support import READ_SCENARIOS, SCENARIOS, UPLOAD
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = {"system", "scenario", "mib_s", "p50_ms", "p99_ms", "backend_gets_per_mib", "backend_bytes_ratio"}
+
+pytestmark = [pytest.mark.slow, pytest.mark.seaweed]
+
+
+def _finite(value: object) -> float:
+    assert isinstance(value, int | float) and not isinstance(value, bool), value
+    assert math.isfinite(value), value
+    return float(value)
+
+
+def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "fetch.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fetch.py"), "--size", "8", "--systems", "tsproxy,direct",
+         "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=480,
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
+
+    rows = json.loads(out.read_text())
+    keys = [(r["system"], r["scenario"]) for r in rows]
+    assert sorted(keys) == sorted((s, sc) for s in ("tsproxy", "direct") for sc in SCENARIOS)
+    for row in rows:
+        assert set(row) == FIELDS, row
+        assert _finite(row["mib_s"]) > 0
+        assert _finite(row["p50_ms"]) > 0
+        assert _finite(row["p99_ms"]) >= row["p50_ms"]
+        assert _finite(row["backend_gets_per_mib"]) >= 0
+        assert _finite(row["backend_bytes_ratio"]) >= 0
+    by = {(r["system"], r["scenario"]): r for r in rows}
+    # Direct access: every fetch is a GET at SeaweedFS and every byte crosses once.
+    for scenario in READ_SCENARIOS:
+        direct = by[("direct", scenario)]
+        assert direct["backend_gets_per_mib"] > 0
+        assert direct["backend_bytes_ratio"] == pytest.approx(1.0, abs=0.01)
+    assert by[("direct", UPLOAD)]["backend_bytes_ratio"] == pytest.approx(1.0, abs=0.01)
+    # tsproxy stores its upload and reads from the backend whenever its cache was emptied.
+    assert by[("tsproxy", UPLOAD)]["backend_bytes_ratio"] > 0
+    for scenario in (s for s in READ_SCENARIOS if "cold" in s):
+        assert by[("tsproxy", scenario)]["backend_gets_per_mib"] > 0
+        assert by[("tsproxy", scenario)]["backend_bytes_ratio"] > 0
+
+    table = done.stdout
+    assert "| system | scenario | mib_s |" in table
+    assert sum(line.startswith(("| tsproxy ", "| direct ")) for line in table.splitlines()) == len(rows)
+    goals = [line.strip() for line in table.split("Goals:", 1)[1].splitlines() if line.strip()]
+    assert len(goals) == 4 + len(READ_SCENARIOS)
+    assert all(g.startswith(("PASS", "FAIL")) for g in goals if "rclone" not in g)
+    assert all(g.startswith("n/a") for g in goals if "rclone" in g)
