@@ -171,3 +171,12 @@ def test_cli_reports_bad_configuration_with_status_2(
         == 2
     )
     assert "absent.json" in capsys.readouterr().err
+
+
+def test_cli_without_encryption_needs_no_key_ring() -> None:
+    with pytest.raises(Exception, match="key_ring"):
+        jobs_cli.options_from_args(_args("verify", "--backend", "http://127.0.0.1:1", "--bucket", "b"))
+    args = _args("verify", "--backend", "http://127.0.0.1:1", "--bucket", "b", "--no-encryption")
+    options = jobs_cli.options_from_args(args)
+    assert options.key_ring is None and options.encryption is False
+    assert options.load_ring() is None

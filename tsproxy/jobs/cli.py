@@ -33,6 +33,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML config file, as for `tsproxy serve`")
     for flag, dest, text in CONFIG_FLAGS:
         p.add_argument(flag, dest=dest, help=text)
+    p.add_argument(
+        "--no-encryption",
+        dest="encryption",
+        action="store_const",
+        const=False,
+        help="the data is not encrypted: no key ring needed (migrate then writes it unencrypted)",
+    )
     p.add_argument("--bucket", required=True, help="the client bucket to work on")
     p.add_argument("--prefix", default="", help="only keys under this prefix")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -113,6 +120,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
     from tsproxy.jobs.options import JobOptions
 
     cli = {dest: getattr(args, dest, None) for _, dest, _ in CONFIG_FLAGS}
+    cli["encryption"] = getattr(args, "encryption", None)
     cli["anonymous"] = True  # jobs serve nobody: the server's client credentials are not needed
     cfg = config.load(cli, config_file=args.config)
     try:
