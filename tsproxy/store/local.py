@@ -7,10 +7,9 @@ Layout under the root::
     <bucket>/.uploads/<id>/upload.json, part-00001 …   multipart uploads in progress
     <bucket>/**/.tmp-*               files being written
 
-Every object file is its data followed by a JSON trailer (key, size, ETag, times, content type, user
-metadata), the trailer's length and a magic number. Data and metadata are one file, written to a
-temporary name in the target directory and renamed into place (`os.replace`) once whole and synced,
-so a reader sees the old object or the new one, never a mix and never a half-written one.
+Every object file holds its data and its metadata (see `localfile`), written to a temporary name in
+the target directory and renamed into place once whole and synced, so a reader sees the old object
+or the new one, never a mix and never a half-written one.
 
 Blocking file I/O runs in a thread pool (the given executor or asyncio's default), never on the event
 loop. Directory creation and removal happen under one lock, so a put never loses its directory to the
@@ -23,13 +22,11 @@ import asyncio
 import builtins
 import errno
 import functools
-import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
-import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -59,109 +56,19 @@ from tsproxy.store.base import (
     resolve_range,
     unquote_etag,
 )
+from tsproxy.store.localfile import MAGIC, TMP_PREFIX, Spool, copy_range, info_of, read_trailer
 from tsproxy.store.observe import Call
+
+__all__ = ["MAGIC", "LocalBackend", "LocalReader"]
 
 R = TypeVar("R")
 
-MAGIC = b"TSPLOBJ1"
-_TRAILER_TAIL = struct.Struct(">I8s")  # trailer length, magic
 UPLOADS = ".uploads"
 BUCKET_FILE = ".bucket"
 UPLOAD_FILE = "upload.json"
-TMP_PREFIX = ".tmp-"
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 WRITE_BATCH = 1 * MIB  # body pieces gathered into one thread hop
 _Entries = list[tuple[str, str, str, str]]  # (sort key, kind, segment, path) of a directory's entries
-
-
-# -- object files (blocking) ---------------------------------------------------------------------------
-
-
-def read_trailer(fd: int) -> tuple[dict[str, Any], int]:
-    """(trailer, data length) of an open object file; IntegrityError if it is not one."""
-    total = os.fstat(fd).st_size
-    if total < _TRAILER_TAIL.size:
-        raise errors.InternalError("local object file is truncated")
-    length, magic = _TRAILER_TAIL.unpack(os.pread(fd, _TRAILER_TAIL.size, total - _TRAILER_TAIL.size))
-    data_len = total - _TRAILER_TAIL.size - length
-    if magic != MAGIC or data_len < 0:
-        raise errors.InternalError("local object file has no valid trailer")
-    trailer = json.loads(os.pread(fd, length, data_len))
-    if trailer.get("size") != data_len:
-        raise errors.InternalError("local object file size does not match its trailer")
-    return trailer, data_len
-
-
-def _info(trailer: Mapping[str, Any], *, with_metadata: bool = True) -> ObjectInfo:
-    return ObjectInfo(
-        key=trailer["key"],
-        size=trailer["size"],
-        etag=trailer["etag"],
-        last_modified=datetime.fromtimestamp(trailer["mtime"], UTC),
-        metadata=dict(trailer.get("metadata") or {}) if with_metadata else {},
-        content_type=trailer.get("content_type"),
-    )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _Spool:
-    """A file being written under a temporary name next to its final place (blocking methods)."""
-
-    def __init__(self, directory: Path, sync: bool) -> None:
-        self.directory = directory
-        self.sync = sync
-        self.temp = directory / f"{TMP_PREFIX}{secrets.token_hex(8)}"
-        self.fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self.md5 = hashlib.md5()
-        self.size = 0
-
-    def write(self, pieces: Sequence[bytes | memoryview]) -> None:
-        for piece in pieces:
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(self.fd, view) :]
-            self.md5.update(piece)
-            self.size += len(piece)
-
-    def commit(self, final: Path, trailer: dict[str, Any]) -> dict[str, Any]:
-        """Append the trailer, sync, and rename into place. Returns the trailer."""
-        trailer = {**trailer, "size": self.size}
-        encoded = json.dumps(trailer, separators=(",", ":")).encode()
-        os.write(self.fd, encoded + _TRAILER_TAIL.pack(len(encoded), MAGIC))
-        if self.sync:
-            os.fsync(self.fd)
-        os.close(self.fd)
-        self.fd = -1
-        os.replace(self.temp, final)
-        if self.sync:
-            _fsync_dir(self.directory)
-        return trailer
-
-    def discard(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        try:
-            os.unlink(self.temp)
-        except FileNotFoundError:
-            pass
-
-
-def _copy_range(src_fd: int, start: int, length: int, spool: _Spool, chunk: int = 4 * MIB) -> None:
-    end = start + length
-    while start < end:
-        data = os.pread(src_fd, min(chunk, end - start), start)
-        if not data:
-            raise errors.InternalError("local object file shrank while being copied")
-        spool.write([data])
-        start += len(data)
 
 
 # -- readers ---------------------------------------------------------------------------------------------
@@ -252,19 +159,19 @@ class LocalBackend:
     def __repr__(self) -> str:
         return f"LocalBackend({str(self.root)!r})"
 
-    async def _run(self, fn: Callable[..., R], *args: Any) -> R:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
+    async def _run(self, fn: Callable[..., R], *args: Any, key: str | None = None) -> R:
+        """Run blocking `fn(*args)` in the thread pool; a filesystem failure becomes an S3 error.
 
-    async def _io(self, key: str, fn: Callable[..., R], *args: Any) -> R:
-        """`_run` for a write step: a filesystem failure becomes the S3 error a client should see.
-
-        Only the filesystem step is covered, so an error raised by a body stream (say, a client that
-        went away) reaches the caller as it is.
+        Only filesystem work runs here, so an error raised by a body stream (a client that went
+        away, say) never passes through and reaches the caller as it is. `key` names the object
+        in the error.
         """
         try:
-            return await self._run(fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(fn, *args)
+            )
         except OSError as e:
-            raise _write_error(e, key) from e
+            raise fs_error(e, key) from e
 
     async def _cleanup(self, fn: Callable[[], object]) -> None:
         """Run a clean-up step to its end even if the awaiting task is cancelled meanwhile."""
@@ -331,14 +238,12 @@ class LocalBackend:
             if d in segments:
                 (d / localnames.SEGMENT_FILE).write_text(segments[d], encoding="utf-8")
 
-    def _open_spool(
-        self, bucket_dir: Path, final: Path, segments: Mapping[Path, str] | None = None
-    ) -> _Spool:
+    def _open_spool(self, bucket_dir: Path, final: Path, segments: Mapping[Path, str] | None = None) -> Spool:
         """A spool next to `final`, creating the directories on the way (blocking)."""
         with self._tree_lock:
             self._require_bucket(bucket_dir)
             self._make_dirs(bucket_dir, final.parent, segments or {})
-            return _Spool(final.parent, self.fsync)
+            return Spool(final.parent, self.fsync)
 
     def _hashed_dirs(self, bucket_dir: Path, key: str) -> dict[Path, str]:
         """Directories of `key` named by hash, with the segment each stands for."""
@@ -402,7 +307,7 @@ class LocalBackend:
                 d.mkdir()
             except FileExistsError:
                 raise errors.BucketAlreadyOwnedByYou(BucketName=bucket) from None
-            spool = _Spool(d, self.fsync)
+            spool = Spool(d, self.fsync)
             try:
                 os.write(spool.fd, repr(time.time()).encode())
                 if self.fsync:
@@ -463,7 +368,7 @@ class LocalBackend:
         def head() -> ObjectInfo:
             fd, trailer, _ = self._open_object(bucket, key)
             os.close(fd)
-            return _info(trailer)
+            return info_of(trailer)
 
         with Call(self.on_request, "HeadObject"):
             return await self._run(head)
@@ -481,7 +386,7 @@ class LocalBackend:
         try:
             fd, trailer, size = await self._run(self._open_object, bucket, key)
             try:
-                info = _info(trailer)
+                info = info_of(trailer)
                 if if_match is not None and unquote_etag(if_match) != info.etag:
                     raise errors.PreconditionFailed(Condition="If-Match")
                 served = resolve_range(size, first, last)
@@ -507,7 +412,7 @@ class LocalBackend:
         async with await self.get(bucket, key, first, last, if_match=if_match) as reader:
             return reader.info, await reader.read()
 
-    async def _fill(self, spool: _Spool, body: Body, call: Call, key: str) -> None:
+    async def _fill(self, spool: Spool, body: Body, call: Call, key: str) -> None:
         """Write a body into a spool, gathering small pieces into fewer thread hops."""
         batch: list[bytes] = []
         batched = 0
@@ -515,11 +420,11 @@ class LocalBackend:
             batch.append(piece)
             batched += len(piece)
             if batched >= WRITE_BATCH:
-                await self._io(key, spool.write, batch)
+                await self._run(spool.write, batch, key=key)
                 call.bytes_out += batched
                 batch, batched = [], 0
         if batch:
-            await self._io(key, spool.write, batch)
+            await self._run(spool.write, batch, key=key)
             call.bytes_out += batched
 
     async def put(
@@ -540,17 +445,16 @@ class LocalBackend:
             "metadata": normalize_metadata(metadata),
         }
         with Call(self.on_request, "PutObject") as call:
-            spool = await self._io(
-                key, self._open_spool, bucket_dir, path, self._hashed_dirs(bucket_dir, key)
-            )
+            segments = self._hashed_dirs(bucket_dir, key)
+            spool = await self._run(self._open_spool, bucket_dir, path, segments, key=key)
             try:
                 await self._fill(spool, body, call, key)
                 trailer["etag"] = spool.md5.hexdigest()
-                written = await self._io(key, spool.commit, path, trailer)
+                written = await self._run(spool.commit, path, trailer, key=key)
             except BaseException:
                 await self._cleanup(spool.discard)
                 raise
-            return _info(written)
+            return info_of(written)
 
     async def delete(self, bucket: str, key: str) -> None:
         path = self._object_path(bucket, key)
@@ -614,7 +518,7 @@ class LocalBackend:
                     trailer, _ = read_trailer(fd)
                 finally:
                     os.close(fd)
-                objects.append(_info(trailer, with_metadata=False))
+                objects.append(info_of(trailer, with_metadata=False))
             return ListPage(objects, page.common_prefixes, page.is_truncated, page.next_token)
 
         with Call(self.on_request, "ListObjectsV2"):
@@ -700,7 +604,7 @@ class LocalBackend:
             try:
                 spool = self._open_spool(dst_bucket_dir, dst, self._hashed_dirs(dst_bucket_dir, dst_key))
                 try:
-                    _copy_range(fd, 0, size, spool)
+                    copy_range(fd, 0, size, spool)
                     trailer = {
                         "key": dst_key,
                         "mtime": time.time(),
@@ -710,7 +614,7 @@ class LocalBackend:
                         else src_trailer.get("metadata", {}),
                         "etag": spool.md5.hexdigest(),
                     }
-                    return _info(spool.commit(dst, trailer))
+                    return info_of(spool.commit(dst, trailer))
                 except BaseException:
                     spool.discard()
                     raise
@@ -718,10 +622,7 @@ class LocalBackend:
                 os.close(fd)
 
         with Call(self.on_request, "CopyObject"):
-            try:
-                return await self._run(copy)
-            except OSError as e:
-                raise _write_error(e, dst_key) from e
+            return await self._run(copy, key=dst_key)
 
     # -- multipart
 
@@ -749,7 +650,7 @@ class LocalBackend:
                 self._require_bucket(bucket_dir)
                 uploads.mkdir(exist_ok=True)
                 (uploads / upload_id).mkdir()
-            spool = _Spool(uploads / upload_id, self.fsync)
+            spool = Spool(uploads / upload_id, self.fsync)
             try:
                 spool.write([json.dumps(record).encode()])
                 os.close(spool.fd)
@@ -772,10 +673,10 @@ class LocalBackend:
             raise errors.NoSuchUpload(UploadId=upload_id)
         return record
 
-    def _open_part_spool(self, upload_dir: Path, key: str, upload_id: str) -> _Spool:
+    def _open_part_spool(self, upload_dir: Path, key: str, upload_id: str) -> Spool:
         self._upload_record(upload_dir, key, upload_id)
         try:
-            return _Spool(upload_dir, self.fsync)
+            return Spool(upload_dir, self.fsync)
         except (FileNotFoundError, NotADirectoryError):
             raise errors.NoSuchUpload(UploadId=upload_id) from None
 
@@ -789,20 +690,20 @@ class LocalBackend:
         check_part_number(part_no)
         upload_dir = self._upload_dir(bucket, key, upload_id)
         with Call(self.on_request, "UploadPart") as call:
-            spool = await self._io(key, self._open_part_spool, upload_dir, key, upload_id)
+            spool = await self._run(self._open_part_spool, upload_dir, key, upload_id, key=key)
             try:
                 await self._fill(spool, body, call, key)
                 if size is not None and spool.size != size:
                     raise errors.IncompleteBody()
                 trailer = {"key": key, "mtime": time.time(), "etag": spool.md5.hexdigest()}
-                await self._io(key, self._commit_part, spool, upload_dir, part_no, trailer, upload_id)
+                await self._run(self._commit_part, spool, upload_dir, part_no, trailer, upload_id, key=key)
             except BaseException:
                 await self._cleanup(spool.discard)
                 raise
             return str(trailer["etag"])
 
     def _commit_part(
-        self, spool: _Spool, upload_dir: Path, part_no: int, trailer: dict[str, Any], upload_id: str
+        self, spool: Spool, upload_dir: Path, part_no: int, trailer: dict[str, Any], upload_id: str
     ) -> None:
         try:
             spool.commit(upload_dir / self._part_name(part_no), trailer)
@@ -831,7 +732,7 @@ class LocalBackend:
                 start, end = (0, size) if served is None else (served[0], served[1] + 1)
                 spool = self._open_part_spool(upload_dir, key, upload_id)
                 try:
-                    _copy_range(fd, start, end - start, spool)
+                    copy_range(fd, start, end - start, spool)
                     trailer = {"key": key, "mtime": time.time(), "etag": spool.md5.hexdigest()}
                     self._commit_part(spool, upload_dir, part_no, trailer, upload_id)
                 except BaseException:
@@ -842,7 +743,7 @@ class LocalBackend:
                 os.close(fd)
 
         with Call(self.on_request, "UploadPartCopy"):
-            return await self._io(key, copy)
+            return await self._run(copy, key=key)
 
     async def complete_multipart(
         self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
@@ -880,7 +781,7 @@ class LocalBackend:
                 spool = self._open_spool(bucket_dir, final, self._hashed_dirs(bucket_dir, key))
                 try:
                     for fd, size in fds:
-                        _copy_range(fd, 0, size, spool)
+                        copy_range(fd, 0, size, spool)
                     trailer = {
                         "key": key,
                         "mtime": time.time(),
@@ -900,13 +801,10 @@ class LocalBackend:
                 for fd, _ in fds:
                     os.close(fd)
             shutil.rmtree(claimed, ignore_errors=True)
-            return _info(written)
+            return info_of(written)
 
         with Call(self.on_request, "CompleteMultipartUpload"):
-            try:
-                return await self._run(complete)
-            except OSError as e:
-                raise _write_error(e, key) from e
+            return await self._run(complete, key=key)
 
     async def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         upload_dir = self._upload_dir(bucket, key, upload_id)
@@ -949,10 +847,10 @@ class LocalBackend:
             return await self._run(scan)
 
 
-def _write_error(error: OSError, key: str) -> errors.S3Error:
-    """An S3 error for a failed local write."""
-    if error.errno == errno.ENAMETOOLONG:
+def fs_error(error: OSError, key: str | None = None) -> errors.S3Error:
+    """The S3 error for a failed filesystem operation."""
+    if error.errno == errno.ENAMETOOLONG and key is not None:
         return errors.KeyTooLongError(Key=key)
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         return errors.ServiceUnavailable("The local backend is out of space.")
-    return errors.InternalError(f"local backend write failed: {error.strerror}")
+    return errors.InternalError(f"local backend I/O failed: {error.strerror}")

@@ -27,10 +27,9 @@ import contextlib
 import functools
 import hashlib
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any, TypeVar
 
 from aiobotocore.config import AioConfig
@@ -62,13 +61,13 @@ from tsproxy.store.base import (
 )
 from tsproxy.store.observe import Call
 from tsproxy.store.retry import Backoff
+from tsproxy.store.s3body import Regrouper, S3Reader, aclose, content_range, slices
 
 T = TypeVar("T")
 
 DELETE_BATCH = 1000  # S3's limit of keys per DeleteObjects request
 COPY_THRESHOLD = 5 << 30  # CopyObject's limit; larger objects are copied part by part
 COPY_PART_SIZE = 512 * MIB
-RESUME_CREDIT = 8 * MIB  # body bytes read since a failure that reset a reader's failure count
 _XML_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\r\ufffe\uffff\ud800-\udfff]")
 
 
@@ -80,125 +79,6 @@ def _utc(value: datetime | None) -> datetime:
 
 def _quote(etag: str) -> str:
     return f'"{unquote_etag(etag)}"'
-
-
-def _content_range(header: str | None) -> tuple[int, int, int] | None:
-    """`bytes 0-9/100` -> (0, 9, 100)."""
-    if not header or not header.startswith("bytes "):
-        return None
-    span, _, total = header[6:].partition("/")
-    first, _, last = span.partition("-")
-    try:
-        return int(first), int(last), int(total)
-    except ValueError:
-        return None
-
-
-class S3Reader:
-    """A GET body read in bounded pieces; resumes a connection cut short (see the module docstring)."""
-
-    def __init__(
-        self,
-        backend: S3Backend,
-        bucket: str,
-        key: str,
-        response: dict[str, Any],
-        info: ObjectInfo,
-        start: int,
-        end: int,
-        content_range: tuple[int, int] | None,
-        call: Call,
-    ) -> None:
-        self._backend = backend
-        self._bucket = bucket
-        self._key = key
-        self._body: Any = response["Body"]
-        self.info = info
-        self.content_range = content_range
-        self._pos = start
-        self._end = end  # exclusive
-        self._call = call
-        self._closed = False
-        self._failures = 0
-        self._since_failure = 0
-
-    async def _piece(self, limit: int) -> bytes:
-        while self._pos < self._end and not self._closed:
-            try:
-                data: bytes = await self._body.read(min(limit, self._end - self._pos))
-            except s3errors.CONNECTION_ERRORS as e:
-                error: BaseException = e
-            else:
-                if data:
-                    if len(data) > self._end - self._pos:
-                        raise errors.InternalError("The storage backend sent more bytes than asked for.")
-                    self._pos += len(data)
-                    self._call.bytes_in += len(data)
-                    self._since_failure += len(data)
-                    return data
-                error = errors.ServiceUnavailable("The storage backend ended a body early.")
-            await self._resume(error)
-        return b""
-
-    async def _resume(self, error: BaseException) -> None:
-        """Pick up a body that stopped short where it stopped, from the same object version.
-
-        Failures count against the backend's attempts, as for any request; a good stretch of body
-        (`RESUME_CREDIT`) since the last failure starts the count afresh, so a long read survives
-        the odd dropped connection but not a store that cuts every answer short.
-        """
-        self._body.close()
-        if self._since_failure >= RESUME_CREDIT:
-            self._failures = 0
-        self._failures += 1
-        self._since_failure = 0
-        if not self._backend.backoff.allows_another(self._failures):
-            failure = s3errors.to_s3_error(error)
-            self._call.finish(failure)
-            raise failure from error
-        self._call.retries += 1
-        await asyncio.sleep(self._backend.backoff.delay(self._failures))
-        try:
-            response = await self._backend._get_object(
-                self._bucket, self._key, f"bytes={self._pos}-{self._end - 1}", self.info.etag, self._call
-            )
-        except errors.PreconditionFailed:
-            failure = errors.InternalError("The object changed in the backend while it was being read.")
-            self._call.finish(failure)
-            raise failure from None
-        except BaseException as e:
-            self._call.finish(e)
-            raise
-        self._body = response["Body"]
-
-    async def _pieces(self) -> AsyncIterator[bytes]:
-        while piece := await self._piece(self._backend.read_size):
-            yield piece
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._pieces()
-
-    async def read(self) -> bytes:
-        """The rest of the body in one piece (for small bodies)."""
-        pieces = []
-        while piece := await self._piece(self._end - self._pos):
-            pieces.append(piece)
-        return b"".join(pieces)
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            # Closing a body not read to its end drops its connection rather than reuse it.
-            self._body.close()
-        self._call.finish()
-
-    async def __aenter__(self) -> S3Reader:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 class S3Backend:
@@ -440,7 +320,7 @@ class S3Backend:
         call.mark()
         try:
             length = int(response.get("ContentLength", 0))
-            spans = _content_range(response.get("ContentRange"))
+            spans = content_range(response.get("ContentRange"))
             if spans is not None:
                 start, stop, size = spans
                 served: tuple[int, int] | None = (start, stop)
@@ -521,8 +401,8 @@ class S3Backend:
             data = body if isinstance(body, bytes | bytearray) else bytes(body)
             if len(data) <= self.part_size:
                 return await self._put_object(bucket, key, data, metadata, content_type)
-            return await self._put_parts(bucket, key, _slices(data, self.part_size), metadata, content_type)
-        stream = _Regrouper(body, self.part_size)
+            return await self._put_parts(bucket, key, slices(data, self.part_size), metadata, content_type)
+        stream = Regrouper(body, self.part_size)
         first = await stream.next_part()
         if first is None or await stream.at_end():
             return await self._put_object(bucket, key, first or b"", metadata, content_type)
@@ -549,7 +429,7 @@ class S3Backend:
             await self._abort_quietly(bucket, key, upload_id)
             raise
         finally:
-            await _aclose(parts)
+            await aclose(parts)
 
     async def _abort_quietly(self, bucket: str, key: str, upload_id: str) -> None:
         """Abort an upload even if the caller is being cancelled; its own failure is not news."""
@@ -861,55 +741,3 @@ class S3Backend:
             if not params["KeyMarker"] and not params["UploadIdMarker"]:
                 break
         return sorted(uploads, key=lambda u: (u.key, u.initiated, u.upload_id))
-
-
-# -- body slicing -------------------------------------------------------------------------------------------
-
-
-async def _slices(data: bytes | bytearray, size: int) -> AsyncIterator[bytes | bytearray]:
-    for start in range(0, len(data), size):
-        yield data[start : start + size]
-
-
-class _Regrouper:
-    """Regroups a stream into parts of exactly `size` bytes (the last may be shorter, never empty).
-
-    Holds the part being filled and at most one piece of the stream: a piece that overflows a part is
-    carried over as a view, not copied.
-    """
-
-    def __init__(self, body: AsyncIterable[bytes], size: int) -> None:
-        self._pieces = aiter(body)
-        self._carry = memoryview(b"")
-        self._ended = False
-        self.size = size
-
-    async def _fill_carry(self) -> bool:
-        while not self._carry and not self._ended:
-            try:
-                self._carry = memoryview(await anext(self._pieces))
-            except StopAsyncIteration:
-                self._ended = True
-        return bool(self._carry)
-
-    async def next_part(self) -> bytearray | None:
-        part = bytearray()
-        while len(part) < self.size and await self._fill_carry():
-            take = self.size - len(part)
-            part += self._carry[:take]
-            self._carry = self._carry[take:]
-        return part or None
-
-    async def at_end(self) -> bool:
-        return not await self._fill_carry()
-
-    async def parts(self, first: bytearray) -> AsyncIterator[bytearray]:
-        yield first
-        while (part := await self.next_part()) is not None:
-            yield part
-
-
-async def _aclose(iterator: AsyncIterator[Any]) -> None:
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()
