@@ -106,6 +106,7 @@ class SegmentResult:
     bytes_out: int  # Parquet bytes written
     seconds: float
     next_offset: int
+    cpu_seconds: float = 0.0  # CPU time of the process while exporting it (its read-ahead thread included)
 
 
 @dataclass
@@ -262,7 +263,7 @@ def _routes(job: ExportJob, task: SegmentTask, batch: pa.RecordBatch) -> Iterato
 
 def export_segment(job: ExportJob, task: SegmentTask) -> SegmentResult:
     """Decode one segment and write its Parquet file(s) and marker; runs on an executor or locally."""
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     bucket = Bucket(job.source.store)
     output = job.open_output()
     schema = arrow_schema(include_headers=True, timestamp_unit="ms")
@@ -305,6 +306,7 @@ def export_segment(job: ExportJob, task: SegmentTask) -> SegmentResult:
         bytes_out=written,
         seconds=time.monotonic() - started,
         next_offset=next_offset,
+        cpu_seconds=time.process_time() - cpu_started,
     )
     _write_marker(output, task, result, bucket.uri(task.key))
     return result
