@@ -142,6 +142,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per mode, the fastest counts (default 2)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    load = os.getloadavg()[0]  # before this benchmark adds its own
     codec = 0 if args.codec == "none" else {v: k for k, v in CODEC_NAMES.items()}[args.codec]
     seg_size = max(args.size * MIB // args.segments, 64 << 10)
 
@@ -181,10 +182,9 @@ def main() -> None:
         print(f"{goal}: {value:.2f} {'met' if value >= threshold else 'NOT met'}")
     # Wall-clock ratios need the cores to be free: task_cpu_seconds shows the work itself, which is the
     # same in every mode when Spark adds nothing but scheduling.
-    load = os.getloadavg()[0]
     cores = os.cpu_count() or 1
-    print(f"load average {load:.1f} on {cores} cores" + (" (busy machine: wall-clock ratios unreliable)"
-                                                          if load > 0.5 * cores else ""))  # fmt: skip
+    busy = " (busy: wall-clock ratios unreliable)" if load > 0.5 * cores else ""
+    print(f"load average {load:.1f} on {cores} cores before the run{busy}")
     write_json(args.json, [*rows, {"goals": goals, "load_average": load, "cores": cores}])
 
 
