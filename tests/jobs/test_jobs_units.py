@@ -252,3 +252,19 @@ def test_tally_keeps_counts_bytes_and_a_few_examples() -> None:
     a.merge(b)
     assert a.counts == {"bad": 3, "ok": 3} and a.bytes == {"bad": 3, "ok": 30}
     assert [e["key"] for e in a.examples] == ["a0", "a1"] and a.problem_count == 3 and a.total == 6
+
+
+def test_progress_line_says_how_far_the_job_is() -> None:
+    import io
+
+    from tsproxy.jobs.engine import Progress
+
+    out = io.StringIO()
+    progress = Progress("verify", objects=100, nbytes=200 << 20, out=out)
+    line = progress.line(3, 8, 40, 80 << 20)
+    assert line.startswith("[verify] 3/8 partitions, 40/100 objects, 80.0/200.0 MiB, ")
+    assert "s left" in line
+    progress.stop(final=(8, 8, 100, 200 << 20))
+    assert (
+        out.getvalue().startswith("[verify] 8/8 partitions, 100/100 objects") and "left" not in out.getvalue()
+    )

@@ -388,8 +388,7 @@ def run_job(
         counts.add({"tasks": 1, "objects": len(chunk), "bytes": sum(i.size for i in chunk)})
         return [result]
 
-    group = f"tsproxy-{job.name}-{secrets.token_hex(4)}"
-    sc.setJobGroup(group, f"tsproxy jobs {job.name}")
+    sc.setJobDescription(f"tsproxy jobs {job.name}")  # how the run shows in Spark's UI
     progress = Progress(job.name, len(items), total_bytes, progress_out, progress_every)
 
     def poll() -> tuple[int, int, int, int]:
