@@ -1,8 +1,8 @@
 """A SparkSession for tsproxy's jobs: local[*] by default, any master when given.
 
-Python workers run the interpreter that runs the driver (the one tsproxy is installed in) unless the
-Spark configuration says otherwise, and Spark's console progress bar is off because the jobs report
-their own progress.
+On a local master, Python workers run the interpreter that runs the driver (the one tsproxy is
+installed in) unless PYSPARK_PYTHON says otherwise; Spark's console progress bar is off because the
+jobs report their own progress.
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ def spark_session(
 
     from . import register
 
-    # PySpark takes the Python of its workers (and of data source planning) from this variable only.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master and master.startswith("local"):
+        # PySpark takes the Python of its workers (and of data source planning) from this variable;
+        # locally that must be this interpreter, the one tsproxy is installed in. Under spark-submit
+        # the cluster's own setting stands.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     settings = {
-        "spark.pyspark.python": sys.executable,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         **(conf or {}),
