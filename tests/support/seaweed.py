@@ -26,7 +26,8 @@ What it guarantees:
 - **A log you can read:** everything `weed` prints goes to `log_path`; `log_tail()` returns its end,
   and the conftest hook adds it to the report of a failed test that used the fixture.
 - **Clean stop:** SIGTERM, then SIGKILL after a short grace (SeaweedFS' own graceful stop waits 15 s
-  for gRPC streams; the data is thrown away anyway), then the directory is removed.
+  for gRPC streams; the data is thrown away anyway), then its directory and sockets are removed. If
+  the test process dies without stopping it, the kernel kills weed too (Linux, main thread).
 
 `request_count()` reads SeaweedFS' own Prometheus endpoint (`SeaweedFS_s3_request_total`) to count
 the S3 requests it served, e.g. to prove that N concurrent readers caused one backend GET.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -44,11 +46,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,29 @@ START_TIMEOUT = 90.0
 STOP_GRACE = 3.0
 _METRIC = re.compile(r"^SeaweedFS_s3_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, have the kernel kill weed when the process that started it dies.
+
+    Then a test run that is killed (SIGKILL, a timeout) leaves no SeaweedFS behind; atexit handlers
+    do not run in that case. The signal follows the *thread* that started weed, so this is only
+    used from the main thread.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    parent = os.getpid()
+
+    def arrange() -> None:
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    return arrange
 
 
 def weed_binary() -> str:
@@ -171,7 +197,8 @@ class SeaweedFS:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=root,
-                start_new_session=True,
+                start_new_session=True,  # a Ctrl-C of the test run is not delivered to weed as well
+                preexec_fn=_die_with_parent(),
             )
         weed = cls(
             endpoint=f"http://{HOST}:{s3}",
@@ -229,11 +256,13 @@ class SeaweedFS:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        # weed puts its S3 gRPC socket in /tmp whatever we say; it is named after our port.
-        with contextlib.suppress(OSError):
-            sock = Path(tempfile.gettempdir()) / f"seaweedfs-s3-grpc-{self.ports['s3'] + GRPC_OFFSET}.sock"
-            if sock.is_socket():
-                sock.unlink()
+        # weed puts its gRPC sockets in /tmp whatever we say, named after our ports.
+        for port in self.ports.values():
+            for number in (port, port + GRPC_OFFSET):
+                for sock in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{number}.sock"):
+                    with contextlib.suppress(OSError):
+                        if sock.is_socket():
+                            sock.unlink()
         if self._owned_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
