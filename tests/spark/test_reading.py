@@ -157,3 +157,11 @@ def test_read_ahead_keeps_order_passes_errors_and_stops_early() -> None:
     assert next(iter(early)) == b"\x00"
     early.close()
     assert not early._thread.is_alive() and closed == [50, 10, 10_000]
+
+
+def test_garbage_from_the_first_byte_hints_at_a_transformed_segment() -> None:
+    data, _, _ = segment(3)
+    scrambled = bytes(b ^ 0x5A for b in data)
+    with pytest.raises(CorruptRecordError, match="not a plain Kafka segment") as info:
+        list(piece_rows(MemoryBucket({KEY: scrambled}), piece()))
+    assert info.value.offset == 0

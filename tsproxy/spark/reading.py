@@ -140,7 +140,14 @@ def piece_rows(
 
     stream = ReadAhead(bucket.stream(piece.key, piece.first, piece.end, stored_size=piece.size))
     with closing(stream):
-        yield from _regions(iter(stream), buf, buf_pos, piece, name, decode, times, skip_corrupt)
+        try:
+            yield from _regions(iter(stream), buf, buf_pos, piece, name, decode, times, skip_corrupt)
+        except CorruptRecordError as e:
+            if e.offset != 0:
+                raise
+            # Garbage from the first byte on: most likely not a segment as Kafka wrote it.
+            hint = "; not a plain Kafka segment (stored with the plugin's compression or encryption?)"
+            raise CorruptRecordError(e.object_name, e.offset, e.reason + hint) from None
 
 
 def _regions(
