@@ -61,6 +61,10 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+class ObjectChanged(errors.TsproxyError):
+    """The backend object was replaced after it was resolved; its chunks belong to another version."""
+
+
 @dataclass(frozen=True)
 class Location:
     """Where an object lives in the backend."""
@@ -404,15 +408,24 @@ class ObjectService:
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
         loc = self.ns.object(bucket, key)
-        try:
-            info = await self.backend.head(loc.bucket, loc.key)
-        except errors.NoSuchKey:
-            # A HEAD's 404 has no body to tell a missing key from a missing bucket: ask.
-            await self.head_bucket(bucket)
-            raise errors.NoSuchKey(Key=key) from None
-        obj = await self._load(loc, info)
-        self._objects.put((bucket, key), obj)
-        return obj
+        for attempt in range(3):
+            try:
+                info = await self.backend.head(loc.bucket, loc.key)
+            except errors.NoSuchKey:
+                # A HEAD's 404 has no body to tell a missing key from a missing bucket: ask.
+                await self.head_bucket(bucket)
+                raise errors.NoSuchKey(Key=key) from None
+            try:
+                obj = await self._load(loc, info)
+            except errors.PreconditionFailed:
+                # Overwritten between our HEAD and the read of its tail: look again.
+                if attempt == 2:
+                    raise errors.ServiceUnavailable("The object keeps changing; try again.") from None
+                continue
+            if self._objects.ttl > 0:
+                self._objects.put((bucket, key), obj)
+            return obj
+        raise AssertionError("unreachable")
 
     async def _load(self, loc: Location, info: ObjectInfo) -> StoredObject:
         meta = dict(info.metadata)
@@ -440,13 +453,19 @@ class ObjectService:
         return StoredObject.written(loc, info, manifest, ctx, meta)
 
     def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
-        """The original bytes first..last (inclusive) of a resolved object, streamed."""
+        """The original bytes first..last (inclusive) of a resolved object, streamed.
+
+        ObjectChanged when the object was overwritten since it was resolved: resolve it again.
+        """
         if obj.manifest is None or obj.ctx is None:
             return self._read_passthrough(obj, first, last)
         loc, etag = obj.loc, obj.backend_etag
 
         async def fetch(start: int, end: int) -> bytes:
-            _, data = await self.backend.get_bytes(loc.bucket, loc.key, start, end - 1, if_match=etag)
+            try:
+                _, data = await self.backend.get_bytes(loc.bucket, loc.key, start, end - 1, if_match=etag)
+            except errors.PreconditionFailed:
+                raise ObjectChanged(f"{loc.bucket}/{loc.key} changed while it was read") from None
             if len(data) != end - start:
                 raise errors.InternalError("short read from the backend")
             return data

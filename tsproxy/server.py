@@ -32,7 +32,7 @@ from tsproxy.config import Config
 from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.logs import redact
 from tsproxy.metrics import Metrics
-from tsproxy.objects import INTERNAL, ListedPage, Namespace, ObjectService, StoredObject
+from tsproxy.objects import INTERNAL, ListedPage, Namespace, ObjectChanged, ObjectService, StoredObject
 from tsproxy.s3 import ranges, xml
 from tsproxy.s3.routing import S3Request, parse_copy_source, route
 from tsproxy.s3.sigv4 import AuthResult, verify
@@ -565,7 +565,13 @@ async def head_object(proxy: Proxy, call: Call) -> web.StreamResponse:
 @operation("GetObject")
 async def get_object(proxy: Proxy, call: Call) -> web.StreamResponse:
     obj = await proxy.objects.resolve(call.bucket, call.key)
-    return await _send_object(proxy, call, obj, head=False)
+    try:
+        return await _send_object(proxy, call, obj, head=False)
+    except ObjectChanged:
+        # Overwritten since we resolved it, and nothing sent yet: serve the new version.
+        proxy.objects.invalidate(call.bucket, call.key)
+        obj = await proxy.objects.resolve(call.bucket, call.key)
+        return await _send_object(proxy, call, obj, head=False)
 
 
 async def _send_object(proxy: Proxy, call: Call, obj: StoredObject, *, head: bool) -> web.StreamResponse:
@@ -605,6 +611,9 @@ async def _send_object(proxy: Proxy, call: Call, obj: StoredObject, *, head: boo
         piece = await anext(iterator)
     except StopAsyncIteration:
         raise errors.InternalError("empty read") from None
+    except BaseException:
+        await _close(iterator)
+        raise
     await response.prepare(request)
     sent = 0
     try:
@@ -629,13 +638,17 @@ async def _send_object(proxy: Proxy, call: Call, obj: StoredObject, *, head: boo
             request.transport.close()
         return response
     finally:
-        close = getattr(iterator, "aclose", None)
-        if close is not None:
-            await close()
+        await _close(iterator)
     call.bytes_out = sent
     proxy.metrics.client_bytes_out.inc(sent)
     await response.write_eof()
     return response
+
+
+async def _close(iterator: AsyncIterator[bytes]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _client_payload(call: Call, result: BodyResult) -> AsyncIterator[bytes]:
