@@ -296,6 +296,21 @@ async def test_streamed_puts_use_one_put_up_to_a_part(
         await backend.close()
 
 
+async def test_a_bytes_body_over_a_part_is_uploaded_in_parts(
+    seaweed: SeaweedFS, recorder: Recorder, seaweed_bucket: str
+) -> None:
+    backend = await started(seaweed, seaweed.endpoint, recorder, part_size=5 * MIB)
+    try:
+        data = os.urandom(11 * MIB)
+        info = await backend.put(seaweed_bucket, "k", memoryview(data), metadata={"m": "1"})
+        assert recorder.ops() == ["CreateMultipartUpload", "UploadPart", "UploadPart", "UploadPart",
+                                  "CompleteMultipartUpload", "HeadObject"]  # fmt: skip
+        assert info.size == len(data) and info.etag.endswith("-3") and info.metadata == {"m": "1"}
+        assert (await backend.get_bytes(seaweed_bucket, "k"))[1] == data
+    finally:
+        await backend.close()
+
+
 async def test_uploads_carry_content_md5_and_no_flexible_checksums(
     proxied: S3Backend, faulty_proxy: FaultyProxy, seaweed_bucket: str
 ) -> None:
