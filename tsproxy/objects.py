@@ -475,7 +475,12 @@ class ObjectService:
     async def _read_passthrough(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
         if obj.size == 0:
             return
-        reader = await self.backend.get(obj.loc.bucket, obj.loc.key, first, last, if_match=obj.backend_etag)
+        try:
+            reader = await self.backend.get(
+                obj.loc.bucket, obj.loc.key, first, last, if_match=obj.backend_etag
+            )
+        except errors.PreconditionFailed:
+            raise ObjectChanged(f"{obj.loc.bucket}/{obj.loc.key} changed while it was read") from None
         try:
             async for piece in reader:
                 yield piece

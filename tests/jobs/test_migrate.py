@@ -105,6 +105,8 @@ def test_migrate_keeps_bytes_etags_and_metadata(
                     reads.append("same" if same else "DIFFERENT")
                 except ClientError as e:
                     reads.append(e.response["Error"]["Code"])
+                except Exception:  # a swap in the middle of a body cuts the connection: never other bytes
+                    reads.append("cut")
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -116,9 +118,9 @@ def test_migrate_keeps_bytes_etags_and_metadata(
         proxy.stop()
     assert applied.ok and applied.tally.counts == {"migrated": 4, "already": 1}, applied.text()
     assert "same" in reads and "DIFFERENT" not in reads
-    # A GET that races the swap may fail (the server pins its backend reads to the version it resolved
-    # and reports the change as PreconditionFailed), but never returns other bytes.
-    assert set(reads) <= {"same", "PreconditionFailed"}
+    # A GET that resolved the old version and finds it replaced before sending anything serves the new
+    # one; only a swap in the middle of a body cuts that response short. Never other bytes.
+    assert set(reads) <= {"same", "cut"}
 
     for key in foreign:
         head = s3.head_object(Bucket=bucket, Key=key)
