@@ -26,6 +26,7 @@ The machine's load average is printed with the table: other processes move every
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -86,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         "--random-reads", type=int, default=0, help="random 1 MiB fetches (default: half the size in MiB)"
     )
     ap.add_argument("--json", help="write the rows here as a JSON list")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the systems' logs, configs and caches here (default: a temporary dir)",
+    )
     args = ap.parse_args(argv)
     if args.size < 2:
         ap.error("--size must be at least 2 (MiB)")
@@ -106,13 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"  {row['system']:8} {row['scenario']:17} {row['mib_s']:9.1f} MiB/s", file=sys.stderr)
 
-    with tempfile.TemporaryDirectory(prefix="tsp-fetch-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tsp-fetch-")))
         weed = SeaweedFS.start()
         try:
             factories: dict[str, Any] = {
-                "tsproxy": lambda: TsproxySystem(weed, "fetch-tsproxy", Path(tmp) / "tsproxy"),
+                "tsproxy": lambda: TsproxySystem(weed, "fetch-tsproxy", tmp / "tsproxy"),
                 "direct": lambda: DirectSystem(weed, "fetch-direct"),
-                "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", Path(tmp) / "rclone"),
+                "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone"),
             }
             for name in args.systems:
                 print(f"{name}:", file=sys.stderr)
