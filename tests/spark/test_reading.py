@@ -165,3 +165,25 @@ def test_garbage_from_the_first_byte_hints_at_a_transformed_segment() -> None:
     with pytest.raises(CorruptRecordError, match="not a plain Kafka segment") as info:
         list(piece_rows(MemoryBucket({KEY: scrambled}), piece()))
     assert info.value.offset == 0
+
+
+def test_batches_are_bounded_in_bytes_and_cut_the_same_whatever_the_regions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writer = PartitionWriter("t", 0)
+    sizes = [10, 300_000, 5, 700_000, 1_500_000, 20, 20, 400_000] * 3
+    for i, size in enumerate(sizes):
+        writer.batch([(1000 + i, b"k", b"x" * size, ())])
+    data, rows = writer.roll().data, writer.segments[0].rows
+    layouts = []
+    for region in (64, 100_000, 1 << 24):
+        monkeypatch.setattr(reading, "REGION_BYTES", region)
+        batches = list(read_piece(MemoryBucket({KEY: data}, piece=50_000), piece(), include_headers=False,
+                                  max_batch_bytes=1_000_000))  # fmt: skip
+        assert [r["offset"] for b in batches for r in b.to_pylist()] == [r[0] for r in rows]
+        for b in batches:
+            keys, values = b.column("key").to_pylist(), b.column("value").to_pylist()
+            payload = sum(len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True))
+            assert b.num_rows == 1 or payload <= 1_000_000
+        layouts.append([b.num_rows for b in batches])
+    assert layouts[0] == layouts[1] == layouts[2] and max(layouts[0]) < len(rows)

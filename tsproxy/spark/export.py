@@ -50,6 +50,7 @@ log = logging.getLogger("tsproxy.spark")
 
 STATE_DIR = "_tsproxy_export/done/"
 ROW_GROUP_ROWS = 1 << 17
+ROW_GROUP_BYTES = 64 << 20  # a row group is written at whichever limit comes first
 HOUR_MS = 3_600_000
 _MARKER = re.compile(r"(?P<stem>[^/@]+)@(?P<next>\d{20})\.json")
 
@@ -220,18 +221,19 @@ class _ParquetFile:
             use_dictionary=["topic", "timestampType"],
         )
         self.pending: list[pa.RecordBatch] = []
-        self.pending_rows = 0
+        self.pending_rows = self.pending_bytes = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.pending.append(batch)
         self.pending_rows += batch.num_rows
-        if self.pending_rows >= ROW_GROUP_ROWS:
+        self.pending_bytes += batch.nbytes
+        if self.pending_rows >= ROW_GROUP_ROWS or self.pending_bytes >= ROW_GROUP_BYTES:
             self._flush()
 
     def _flush(self) -> None:
         if self.pending:
             self.writer.write_table(pa.Table.from_batches(self.pending))
-            self.pending, self.pending_rows = [], 0
+            self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
 
     def commit(self) -> int:
         self._flush()

@@ -13,6 +13,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tsproxy.kafka.errors import CorruptRecordError
 from tsproxy.kafka.records import (
@@ -31,7 +32,8 @@ from .planning import Piece
 from .prefetch import ReadAhead
 
 REGION_BYTES = 8 << 20  # decode once this much is buffered
-ROWS_PER_BATCH = 32768  # Arrow batch size handed to Spark / the Parquet writer
+ROWS_PER_BATCH = 32768  # Arrow batch size handed to Spark / the Parquet writer ...
+MAX_ARROW_BATCH_BYTES = 16 << 20  # ... or less, when keys and values are large
 MAX_BATCH_BYTES = 1 << 30  # a larger length field is corruption (Kafka's segments are at most 1 GiB)
 _LENGTH = struct.Struct(">i")
 _BASE = struct.Struct(">q")
@@ -193,6 +195,27 @@ def _past_max(rest: bytearray, piece: Piece) -> bool:
     return piece.max_offset is not None and len(rest) >= 8 and _BASE.unpack_from(rest)[0] > piece.max_offset
 
 
+def _payload_sizes(table: pa.Table) -> pa.ChunkedArray:
+    lengths = [pc.fill_null(pc.binary_length(table.column(name)), 0) for name in ("key", "value")]
+    return pc.add(lengths[0], lengths[1])
+
+
+def _cut(table: pa.Table, rows_per_batch: int, max_bytes: int) -> int | None:
+    """Rows of the next batch to hand out, or None while the pending rows make no full batch.
+
+    A batch ends at rows_per_batch rows or before the row that takes its keys and values past
+    max_bytes (one row at least). The cut depends on the rows alone, not on how the bytes arrived, so
+    the batches (and so the Parquet row groups of an export) are the same on every run.
+    """
+    n = table.num_rows
+    if n == 0:
+        return None
+    over = pc.index(pc.greater(pc.cumulative_sum(_payload_sizes(table)), max_bytes), True).as_py()
+    if over is not None and over >= 0:
+        return min(max(over, 1), rows_per_batch)
+    return rows_per_batch if n >= rows_per_batch else None
+
+
 def read_piece(
     bucket: Bucket,
     piece: Piece,
@@ -202,20 +225,24 @@ def read_piece(
     timestamp_unit: str = "us",
     stats: DecodeStats | None = None,
     rows_per_batch: int = ROWS_PER_BATCH,
+    max_batch_bytes: int = MAX_ARROW_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of a piece's records, in offset order."""
-
-    def batch(rows: list[RecordRow]) -> pa.RecordBatch:
-        return rows_to_batch(
+    """Arrow record batches of a piece's records, in offset order, bounded in rows and bytes."""
+    pending: pa.Table | None = None
+    for rows in piece_rows(bucket, piece, skip_corrupt=skip_corrupt, stats=stats):
+        batch = rows_to_batch(
             rows, piece.topic, piece.partition, include_headers=include_headers, timestamp_unit=timestamp_unit
         )
+        new = pa.Table.from_batches([batch])
+        pending = new if pending is None else pa.concat_tables([pending, new])
+        while (cut := _cut(pending, rows_per_batch, max_batch_bytes)) is not None:
+            yield _one_batch(pending.slice(0, cut))
+            pending = pending.slice(cut)
+    if pending is not None and pending.num_rows:
+        yield _one_batch(pending)
 
-    pending: list[RecordRow] = []
-    for rows in piece_rows(bucket, piece, skip_corrupt=skip_corrupt, stats=stats):
-        pending += rows
-        while len(pending) >= rows_per_batch:
-            head, pending = pending[:rows_per_batch], pending[rows_per_batch:]
-            yield batch(head)
 
-    if pending:
-        yield batch(pending)
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    # One contiguous batch whatever regions the rows came from: same batches, same row groups.
+    batch: pa.RecordBatch = table.combine_chunks().to_batches()[0]
+    return batch
