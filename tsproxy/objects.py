@@ -623,14 +623,13 @@ class ObjectService:
                 content_type=content_type, metadata=dict(metadata), headers=dict(headers)
             )
         tail = await self._cpu("store", encode_tail, manifest, ctx)
-        pieces = [Piece(src.loc, 0, manifest.data_size - 1)] if manifest.data_size else []
+        pieces = [Piece(src.loc, 0, manifest.data_size - 1, src.backend_etag)] if manifest.data_size else []
         info = await self.assemble(
             dst,
             pieces,
             tail,
             manifest.backend_metadata(len(tail)),
             manifest.content_type,
-            src_etag=src.backend_etag,
         )
         self.invalidate(bucket, key)
         return StoredObject.written(dst, info, manifest, ctx, manifest.backend_metadata(len(tail)))
@@ -642,8 +641,6 @@ class ObjectService:
         tail: bytes,
         metadata: Mapping[str, str],
         content_type: str | None,
-        *,
-        src_etag: str | None = None,
     ) -> ObjectInfo:
         """Build one backend object from byte ranges of others plus a tail, server-side where possible.
 
@@ -682,10 +679,13 @@ class ObjectService:
                         piece.loc.key,
                         piece.first,
                         piece.last,
+                        src_etag=piece.etag,
                     )
                     parts.append((len(parts) + 1, etag))
                     continue
-                reader = await self.backend.get(piece.loc.bucket, piece.loc.key, piece.first, piece.last)
+                reader = await self.backend.get(
+                    piece.loc.bucket, piece.loc.key, piece.first, piece.last, if_match=piece.etag
+                )
                 try:
                     async for data in reader:
                         spool += data
@@ -898,7 +898,7 @@ class ObjectService:
             return False
         manifest, ctx = await self._cpu("store", rewrap_manifest, obj.manifest, obj.ctx, self.keyring)
         tail = await self._cpu("store", encode_tail, manifest, ctx)
-        pieces = [Piece(obj.loc, 0, manifest.data_size - 1)] if manifest.data_size else []
+        pieces = [Piece(obj.loc, 0, manifest.data_size - 1, obj.backend_etag)] if manifest.data_size else []
         await self.assemble(
             obj.loc, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type
         )
@@ -975,6 +975,7 @@ class Piece:
     loc: Location
     first: int
     last: int
+    etag: str | None = None  # the source version the range must come from (None: any)
 
 
 async def _buffer_head(stream: AsyncIterator[bytes], limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:

@@ -463,6 +463,18 @@ async def test_upload_part_copy_whole_object_and_suffix(backend: Backend, bucket
     assert await read_all(backend, bucket, "dst") == src + src[-10:]
 
 
+async def test_upload_part_copy_pinned_to_a_source_version(backend: Backend, bucket: str) -> None:
+    first = await backend.put(bucket, "src", b"version one")
+    await backend.put(bucket, "src", b"version two")
+    upload_id = await backend.create_multipart(bucket, "dst")
+    with pytest.raises(errors.PreconditionFailed):
+        await backend.upload_part_copy(bucket, "dst", upload_id, 1, bucket, "src", src_etag=first.etag)
+    current = await backend.head(bucket, "src")
+    etag = await backend.upload_part_copy(bucket, "dst", upload_id, 1, bucket, "src", src_etag=current.etag)
+    await backend.complete_multipart(bucket, "dst", upload_id, [(1, etag)])
+    assert await read_all(backend, bucket, "dst") == b"version two"
+
+
 async def test_small_middle_part_is_entity_too_small(backend: Backend, bucket: str) -> None:
     upload_id = await backend.create_multipart(bucket, "small")
     e1 = await backend.upload_part(bucket, "small", upload_id, 1, b"a" * 1024)

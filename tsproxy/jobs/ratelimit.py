@@ -207,10 +207,12 @@ class LimitedBackend:
         src_key: str,
         first: int | None = None,
         last: int | None = None,
+        *,
+        src_etag: str | None = None,
     ) -> str:
         await self.limiter.acquire()
         return await self.inner.upload_part_copy(
-            bucket, key, upload_id, part_no, src_bucket, src_key, first, last
+            bucket, key, upload_id, part_no, src_bucket, src_key, first, last, src_etag=src_etag
         )
 
     async def complete_multipart(

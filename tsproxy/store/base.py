@@ -193,7 +193,12 @@ class Backend(Protocol):
         src_key: str,
         first: int | None = None,
         last: int | None = None,
-    ) -> str: ...
+        *,
+        src_etag: str | None = None,
+    ) -> str:
+        """Copy a range of another object as a part; with `src_etag`, PreconditionFailed unless the
+        source still has that ETag (so a concurrent overwrite is never spliced in)."""
+        ...
 
     async def complete_multipart(
         self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]

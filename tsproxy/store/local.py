@@ -721,13 +721,17 @@ class LocalBackend:
         src_key: str,
         first: int | None = None,
         last: int | None = None,
+        *,
+        src_etag: str | None = None,
     ) -> str:
         check_part_number(part_no)
         upload_dir = self._upload_dir(bucket, key, upload_id)
 
         def copy() -> str:
-            fd, _, size = self._open_object(src_bucket, src_key)
+            fd, trailer, size = self._open_object(src_bucket, src_key)
             try:
+                if src_etag is not None and unquote_etag(src_etag) != info_of(trailer).etag:
+                    raise errors.PreconditionFailed(Condition="x-amz-copy-source-if-match")
                 served = resolve_range(size, first, last)
                 start, end = (0, size) if served is None else (served[0], served[1] + 1)
                 spool = self._open_part_spool(upload_dir, key, upload_id)

@@ -641,10 +641,14 @@ class S3Backend:
         src_key: str,
         first: int | None = None,
         last: int | None = None,
+        *,
+        src_etag: str | None = None,
     ) -> str:
         check_part_number(part_no)
         check_range_args(first, last)
         source = await self.head(src_bucket, src_key)
+        if src_etag is not None and unquote_etag(src_etag) != source.etag:
+            raise errors.PreconditionFailed(Condition="x-amz-copy-source-if-match")
         served = resolve_range(source.size, first, last)
         start, stop = served if served is not None else (None, None)
         return await self._upload_part_copy(
