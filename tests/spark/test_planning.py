@@ -257,3 +257,29 @@ def test_an_end_timestamp_reached_before_the_start_offset_reads_nothing() -> Non
                             indexes_as_needed(writer.segments, start, end, 1 << 20), 1 << 20)  # fmt: skip
     assert brute_force(writer, start, end) == []
     assert read_all(writer.segments, pieces) == []
+
+
+def test_overlapping_uploads_read_every_offset_once() -> None:
+    # The same partition uploaded twice, cut into segments at different offsets (a new leader
+    # re-uploading after a failover), plus a truncated retry of one object.
+    first, second = PartitionWriter("t", 0, index_interval=100), PartitionWriter("t", 0, index_interval=100)
+    for writer, cuts in ((first, {40, 90}), (second, {25, 70})):
+        for i in range(120):
+            writer.batch([(i, b"k%d" % i, b"v%d" % i, ())])
+            if i + 1 in cuts:
+                writer.roll()
+        writer.roll()
+    built = [*first.segments[:2], *second.segments[1:]]  # [0,40) [40,90) and [25,70) [70,120)
+    segments = [Segment(f"t-0/{n}.log", "t", 0, s.base_offset, len(s.data)) for n, s in enumerate(built)]
+    retry = second.segments[2]
+    segments.append(Segment("t-0/retry.log", "t", 0, retry.base_offset, len(retry.data) - 7))
+    objects = {f"t-0/{n}.log": s.data for n, s in enumerate(built)}
+    objects["t-0/retry.log"] = retry.data[: len(retry.data) - 7]  # never chosen: the smaller copy
+    bucket = MemoryBucket(objects)
+    for start, end in ((EARLIEST, LATEST), (Bound("offset", 30), Bound("offset", 100))):
+        pieces = plan_partition(segments, start, end, {}, 1 << 20)
+        rows = [r for p in pieces for rs in piece_rows(bucket, p) for r in rs]
+        lo = start.value if start.is_offset else 0
+        hi = end.value if end.is_offset else 120
+        assert [r[0] for r in rows] == list(range(lo, hi))
+        assert all(r[4] == b"v%d" % r[0] for r in rows)
