@@ -219,3 +219,10 @@ def test_spark_export_failure_is_one_line(
     assert cli.run_command(args, spark) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("tsproxy export: failed: AccessDenied: ") and "check accessKey/secretKey" in err
+
+
+def test_spark_submit_entry_rejects_bad_flags_before_starting_spark(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.submit_main(["--bucket", "b", "--topics", "t", "--output", "/tmp/x", "--layout", "flat"]) == 2
+    assert "'layout' must be one of" in capsys.readouterr().err
