@@ -15,6 +15,7 @@ bucket are exactly the backend traffic the system caused.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import contextlib
 import http.client
@@ -380,6 +381,21 @@ def _tail(log: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def _launch(args: list[str], workdir: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a server process logging to `log`; it is killed when this process exits, whatever happens."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            args, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    atexit.register(_kill_if_running, process)
+    return process
+
+
+def _kill_if_running(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+
+
 def _stop(process: subprocess.Popen[bytes], grace: float = 15) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -431,7 +447,11 @@ class TsproxySystem:
         self.generation = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._start()
-        boto3_client(self).create_bucket(Bucket=bucket)
+        try:
+            boto3_client(self).create_bucket(Bucket=bucket)
+        except BaseException:
+            self.stop()
+            raise
 
     def _start(self) -> None:
         self.generation += 1
@@ -455,17 +475,13 @@ class TsproxySystem:
             "--cache-dir", str(cache),
             "--log-level", "warning",
         ]  # fmt: skip
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                args,
-                cwd=self.workdir,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
-        _wait_http(url, self.process, "tsproxy", self.log, ok_only=True)
+        self.process = _launch(args, self.workdir, env, self.log)
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+            _wait_http(url, self.process, "tsproxy", self.log, ok_only=True)
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def endpoint(self) -> str:
@@ -474,16 +490,6 @@ class TsproxySystem:
     @property
     def keys(self) -> tuple[str, str]:
         return CLIENT_ACCESS_KEY, CLIENT_SECRET_KEY
-
-    def metric(self, name: str) -> float:
-        """The sum of every sample of one of tsproxy's own metrics."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                total += float(line.rpartition(" ")[2])
-        return total
 
     def go_cold(self) -> None:
         self.stop()
@@ -527,7 +533,11 @@ class RcloneSystem:
         self.generation = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._start()
-        boto3_client(self).create_bucket(Bucket=bucket)
+        try:
+            boto3_client(self).create_bucket(Bucket=bucket)
+        except BaseException:
+            self.stop()
+            raise
 
     def _obscure(self, secret: str) -> str:
         done = subprocess.run(
@@ -580,16 +590,12 @@ class RcloneSystem:
             "--rc", "--rc-addr", f"127.0.0.1:{self.rc_port}", "--rc-no-auth",
             "--log-level", "NOTICE",
         ]  # fmt: skip
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                args,
-                cwd=self.workdir,
-                env=self._env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        _wait_http(f"http://127.0.0.1:{self.port}/", self.process, "rclone", self.log, ok_only=False)
+        self.process = _launch(args, self.workdir, self._env(), self.log)
+        try:
+            _wait_http(f"http://127.0.0.1:{self.port}/", self.process, "rclone", self.log, ok_only=False)
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def endpoint(self) -> str:
