@@ -29,7 +29,6 @@ class BodyResult:
     """What the body turned out to be, filled in as the stream ends."""
 
     size: int = 0
-    md5: bytes = b""
     checksums: dict[str, str] = field(default_factory=dict)  # header name -> base64 value, to echo
 
 
@@ -100,7 +99,8 @@ async def payload(
     except ValueError:
         raise errors.InvalidRequest(f"Unsupported checksum algorithm {algorithm}") from None
 
-    md5 = hashlib.md5()
+    # The encoder hashes the payload for the ETag anyway; here MD5 is only for a Content-MD5 check.
+    md5 = hashlib.md5() if expected_md5 is not None else None
     sha256 = hashlib.sha256() if mode == "SHA256" else None
     decoder = (
         AwsChunkedDecoder(auth, decoded_length=length, trailer=trailer, checksum_algorithm=None)
@@ -114,7 +114,8 @@ async def payload(
         received += len(piece)
         if length is not None and received > length:
             raise errors.InvalidRequest("The body is longer than its declared length.")
-        md5.update(piece)
+        if md5 is not None:
+            md5.update(piece)
         if checksum is not None:
             checksum.update(piece)
 
@@ -137,8 +138,7 @@ async def payload(
         raise errors.IncompleteBody()
     if sha256 is not None and sha256.hexdigest() != (auth.payload_sha256 or "").lower():
         raise errors.XAmzContentSHA256Mismatch()
-    digest = md5.digest()
-    if expected_md5 is not None and digest != expected_md5:
+    if md5 is not None and md5.digest() != expected_md5:
         raise errors.BadDigest()
     if checksum is not None and algorithm is not None:
         name = f"x-amz-checksum-{algorithm.lower()}"
@@ -149,4 +149,3 @@ async def payload(
             raise errors.BadDigest(f"The {algorithm} you specified did not match the calculated checksum.")
         result.checksums[name] = claimed
     result.size = received
-    result.md5 = digest
