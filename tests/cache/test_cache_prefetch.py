@@ -54,16 +54,18 @@ def test_several_streams_per_object() -> None:
     assert not p.begin(A, MIB + 1).sequential
 
 
-def test_windows_go_out_whole_at_half_a_window_ahead() -> None:
+def test_windows_go_out_whole_keeping_one_to_two_windows_ahead() -> None:
     p = PrefetchPolicy(16 * MIB)
     s = p.begin(A, 0)
     assert p.want(s, 0, 1000 * MIB) == (0, 16 * MIB)
     p.scheduled(s, 16 * MIB)
-    # Nothing more until less than half a window is left ahead of the reader ...
-    assert p.want(s, 7 * MIB, 1000 * MIB) is None
-    assert p.want(s, 8 * MIB, 1000 * MIB) is None
-    # ... then the whole next window after the frontier.
-    assert p.want(s, 8 * MIB + 1, 1000 * MIB) == (16 * MIB, 32 * MIB)
+    # Nothing more while a whole window lies ahead of the reader ...
+    assert p.want(s, 0, 1000 * MIB) is None
+    # ... then the whole next window after the frontier, before the reader can catch up with it.
+    assert p.want(s, 1, 1000 * MIB) == (16 * MIB, 32 * MIB)
+    p.scheduled(s, 32 * MIB)
+    assert p.want(s, 16 * MIB, 1000 * MIB) is None
+    assert p.want(s, 16 * MIB + 1, 1000 * MIB) == (32 * MIB, 48 * MIB)
 
 
 def test_never_past_the_limit() -> None:

@@ -7,7 +7,7 @@ consumed, and how far ahead chunks have been scheduled (the frontier). A read th
 stream's start and at most `forward_slack` bytes past where it stopped continues that stream, which marks
 it sequential; any other read starts a new stream.
 
-A reader asks `want()` as it consumes. When less than half a window lies scheduled ahead of it, the answer
+A reader asks `want()` as it consumes. When less than a window lies scheduled ahead of it, the answer
 is the next whole window after the frontier, so windows go out as one large request each rather than a
 chunk at a time (a 16 MiB window of 4 MiB chunks is one GET per 16 MiB read). The reader bounds the
 range it may schedule: the end of its own read, or the object's end once the stream is sequential.
@@ -96,7 +96,9 @@ class PrefetchPolicy:
         stream.frontier = max(stream.frontier, position)
         if not self.window_bytes or stream.frontier >= limit:
             return None
-        if 2 * (stream.frontier - position) >= self.window_bytes:
+        # Keep between one and two windows ahead: a reader taking big steps (4 MiB chunk GETs) would
+        # otherwise catch up with a window still in flight and wait for all of it.
+        if stream.frontier - position >= self.window_bytes:
             return None
         return stream.frontier, min(stream.frontier + self.window_bytes, limit)
 
