@@ -226,3 +226,18 @@ def test_spark_submit_entry_rejects_bad_flags_before_starting_spark(
 ) -> None:
     assert cli.submit_main(["--bucket", "b", "--topics", "t", "--output", "/tmp/x", "--layout", "flat"]) == 2
     assert "'layout' must be one of" in capsys.readouterr().err
+
+
+def test_small_segments_share_spark_tasks_and_big_ones_stay_alone() -> None:
+    from tsproxy.spark.export import SegmentTask, pack_tasks
+
+    mib = 1 << 20
+    sizes = [300 * mib, 40 * mib, 20 * mib, *([1 * mib] * 200)]
+    tasks = [SegmentTask(f"k{n}", "t", 0, n, size) for n, size in enumerate(sizes)]
+    groups = pack_tasks(tasks, parallelism=2)
+    assert [t for g in groups for t in g] == tasks  # every segment once, order kept
+    assert groups[0] == [tasks[0]]  # larger than a group's share (560 MiB / 8): alone
+    sizes_of = [sum(t.size for t in g) for g in groups]
+    assert all(70 * mib <= size < 71 * mib for size in sizes_of[1:-1])  # the small ones share tasks
+    assert len(groups) == 5 and sizes_of[-1] <= 70 * mib
+    assert pack_tasks(tasks[3:5], parallelism=8) == [tasks[3:5]]

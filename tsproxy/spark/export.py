@@ -51,6 +51,8 @@ log = logging.getLogger("tsproxy.spark")
 STATE_DIR = "_tsproxy_export/done/"
 ROW_GROUP_ROWS = 1 << 17
 ROW_GROUP_BYTES = 64 << 20  # a row group is written at whichever limit comes first
+MIN_GROUP_BYTES = 8 << 20  # segments per Spark task: see pack_tasks
+MAX_GROUP_BYTES = 256 << 20
 HOUR_MS = 3_600_000
 _MARKER = re.compile(r"(?P<stem>[^/@]+)@(?P<next>\d{20})\.json")
 
@@ -314,6 +316,34 @@ def export_segment(job: ExportJob, task: SegmentTask) -> SegmentResult:
     return result
 
 
+def export_segments(job: ExportJob, tasks: list[SegmentTask]) -> list[SegmentResult]:
+    """Export a group of segments one after the other (one Spark task)."""
+    return [export_segment(job, task) for task in tasks]
+
+
+def pack_tasks(tasks: list[SegmentTask], parallelism: int) -> list[list[SegmentTask]]:
+    """Group small segments into Spark tasks of about total / (4 x parallelism) bytes, at least 8 MiB.
+
+    A Spark task costs tens of milliseconds on its own, which small segments (a quiet topic rolling
+    every hour) would pay thousands of times; four groups per core still spread the work evenly.
+    Segments keep their order (largest first), so big ones stay alone.
+    """
+    total = sum(t.size for t in tasks)
+    target = max(MIN_GROUP_BYTES, min(MAX_GROUP_BYTES, total // max(4 * parallelism, 1)))
+    groups: list[list[SegmentTask]] = []
+    current: list[SegmentTask] = []
+    size = 0
+    for task in tasks:
+        current.append(task)
+        size += task.size
+        if size >= target:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
 def _marker_dir(task: SegmentTask) -> str:
     return f"{STATE_DIR}{task.topic}/{task.partition}/"
 
@@ -373,10 +403,11 @@ def run_export(
         sc = spark.sparkContext
         group = f"tsproxy-export-{uuid.uuid4().hex[:8]}"
         sc.setJobGroup(group, f"tsproxy export of {len(tasks)} segments", interruptOnCancel=True)
+        groups = pack_tasks(tasks, sc.defaultParallelism)
         try:
-            rdd = sc.parallelize(tasks, len(tasks)).map(partial(export_segment, job))
-            with _Progress(sc, group, len(tasks), say, progress_seconds):
-                results = rdd.collect()
+            rdd = sc.parallelize(groups, len(groups)).map(partial(export_segments, job))
+            with _Progress(sc, group, len(groups), len(tasks), say, progress_seconds):
+                results = [r for part in rdd.collect() for r in part]
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
         for result in results:
@@ -389,8 +420,11 @@ def run_export(
 class _Progress:
     """Reports finished/running tasks of the export's Spark job from a driver thread."""
 
-    def __init__(self, sc: Any, group: str, total: int, say: Callable[[str], None], every: float) -> None:
-        self.sc, self.group, self.total, self.say, self.every = sc, group, total, say, every
+    def __init__(
+        self, sc: Any, group: str, tasks: int, segments: int, say: Callable[[str], None], every: float
+    ) -> None:
+        self.sc, self.group, self.tasks, self.segments = sc, group, tasks, segments
+        self.say, self.every = say, every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tsproxy-export-progress", daemon=True)
 
@@ -412,7 +446,8 @@ class _Progress:
             state = (done, running, failed)
             if state != last:
                 extra = f", {failed} task failures (retrying)" if failed else ""
-                self.say(f"export: {done}/{self.total} segments done, {running} running{extra}")
+                where = f"{done}/{self.tasks} tasks done ({self.segments} segments in all)"
+                self.say(f"export: {where}, {running} running{extra}")
                 last = state
 
     def _counts(self) -> tuple[int, int, int]:
