@@ -199,3 +199,19 @@ def test_direct_reads_with_the_wrong_key_ring_name_the_object_and_key(
     with pytest.raises(Exception, match="KeyNotFound") as info:
         load(spark, tiered_weed.direct_options(topics="orders", keyRing=str(other))).count()
     assert "not on the key ring" in str(info.value) and tiered_weed.bucket in str(info.value)
+
+
+@pytest.mark.seaweed
+def test_direct_reads_of_tampered_data_fail_naming_the_object(spark: Any, tiered_weed: WeedTiered) -> None:
+    writer = PartitionWriter("tampered", 0)
+    writer.batch([(BASE_TS + i, b"k", b"value-%d" % i * 50, ()) for i in range(40)], codec="none")
+    writer.roll()
+    keys = upload_aiven(tiered_weed.proxy.client(), tiered_weed.bucket, tiered_weed.prefix, writer.segments,
+                        kafka_uuid())  # fmt: skip
+    backend = tiered_weed.weed.boto3_client()
+    stored = bytearray(backend.get_object(Bucket=tiered_weed.bucket, Key=keys[0])["Body"].read())
+    stored[100] ^= 0x01  # inside the first chunk's ciphertext
+    backend.put_object(Bucket=tiered_weed.bucket, Key=keys[0], Body=bytes(stored))
+    with pytest.raises(Exception, match="IntegrityError") as info:
+        load(spark, tiered_weed.direct_options(topics="tampered")).count()
+    assert keys[0] in str(info.value) and "authentication failed" in str(info.value)

@@ -84,17 +84,12 @@ class _Opened:
     ctx: ObjectContext | None
     suffix: bytes  # the object's last bytes, to answer tail reads without another GET
 
-    @property
-    def size(self) -> int:
-        return self.manifest.size if self.manifest is not None else self.stored_size
-
 
 class Bucket:
     """Listing and ranged reads of original object bytes, whichever way the objects are reached."""
 
     def __init__(self, options: StoreOptions) -> None:
         self.options = options
-        self.requests = 0  # GETs and LISTs this instance made (for tests and progress)
 
     @property
     def client(self) -> Any:
@@ -149,13 +144,8 @@ class Bucket:
             yield from iter_range(self._stored_reader(key, opened), opened.stored_size, ring, first, last)
         except KeyNotFound as e:
             raise self._key_error(key, e) from None
-
-    def size(self, key: str, stored_size: int | None = None) -> int:
-        """The original size of an object (a HEAD, or the tail in direct mode)."""
-        if self.options.direct:
-            return self._open(key, stored_size).size
-        head = self.call(self.uri(key), self.client.head_object, Bucket=self.options.bucket, Key=key)
-        return int(head["ContentLength"])
+        except errors.FormatError as e:  # a chunk failed its check: say which object
+            raise type(e)(f"{self.uri(key)}: {e}") from None
 
     def _get_stream(self, key: str, first: int, end: int | None) -> Iterator[bytes]:
         rng = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
@@ -242,7 +232,6 @@ class Bucket:
 
     def call(self, where: str, fn: Callable[..., Any], **args: Any) -> Any:
         """fn(**args) on the client, its failures turned into typed errors that name `where`."""
-        self.requests += 1
         try:
             return fn(**args)
         except ClientError as e:
