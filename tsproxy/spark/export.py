@@ -12,14 +12,13 @@ the segments they name. A marker's name also carries the next offset after what 
 segment uploaded later that overlaps an exported one (a new leader re-uploading) is exported only from
 where the earlier one stopped.
 
-The work is one task per segment: on Spark, one RDD element each, decoded and written by a Python
-worker; without Spark (the single-process baseline of the benchmark), a plain loop.
+Each segment is decoded and written by one Python worker; on Spark, small segments share a task (see
+pack_tasks), and without Spark (the single-process baseline of the benchmark) it is a plain loop.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 import sys
 import threading
@@ -45,8 +44,6 @@ from .options import PARTITION_BY, OptionError, ReadOptions, StoreOptions
 from .output import Output, open_output
 from .planning import Piece, order_segments
 from .reading import read_piece
-
-log = logging.getLogger("tsproxy.spark")
 
 STATE_DIR = "_tsproxy_export/done/"
 ROW_GROUP_ROWS = 1 << 17
