@@ -14,7 +14,7 @@ from tsproxy.format import KeyRing
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession shared by every jobs test (the JVM takes seconds to start)."""
-    from tsproxy.jobs.session import spark_session
+    from tsproxy.spark.session import spark_session
 
     session = spark_session("local[2]", app_name="tsproxy-jobs-tests", conf={"spark.ui.enabled": "false"})
     yield session

@@ -5,11 +5,12 @@ The driver lists a bucket once and spreads the keys over partitions; each task o
 with asyncio. docs/JOBS.md explains each job; `tsproxy jobs --help` runs them.
 """
 
+from tsproxy.spark.session import spark_session
+
 from .inventory import InventoryReport, inventory
 from .migrate import MigrateReport, migrate
 from .options import JobOptions
 from .rewrap import RewrapReport, rewrap
-from .session import spark_session
 from .verify import VerifyReport, verify
 
 __all__ = [

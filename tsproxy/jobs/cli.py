@@ -142,7 +142,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job the arguments name; print its summary; return the exit status."""
-    from tsproxy.jobs.session import spark_session
+    from tsproxy.spark.session import spark_session
 
     try:
         options = options_from_args(args)

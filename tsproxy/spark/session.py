@@ -16,10 +16,17 @@ from typing import Any
 def spark_session(
     master: str | None = "local[*]", app_name: str = "tsproxy", conf: Mapping[str, str] | None = None
 ) -> Any:
-    """Get or create a SparkSession with the tiered-kafka source registered."""
+    """Get or create a SparkSession with the tiered-kafka source registered.
+
+    `master=None`: the master spark-submit gave, else `local[*]`.
+    """
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     from . import register
+
+    if master is None and not SparkConf().contains("spark.master"):
+        master = "local[*]"  # not under spark-submit: run on this machine
 
     if master and master.startswith("local"):
         # PySpark takes the Python of its workers (and of data source planning) from this variable;
@@ -38,5 +45,6 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
