@@ -51,8 +51,13 @@ test: install-test lint typecheck
 unit: install-test
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# Each benchmark prints a table; add --json PATH to keep the figures.
 bench: install-test
 	$(PY) benchmarks/transform.py
+	$(PY) benchmarks/proxy.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/fetch.py
+	$(PY) benchmarks/spark_export.py
+	$(PY) benchmarks/jobs.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache tsproxy-data
