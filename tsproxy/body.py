@@ -8,6 +8,7 @@ iterator finishes, so whatever consumes it (a backend upload) aborts and nothing
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -119,19 +120,22 @@ async def payload(
         if checksum is not None:
             checksum.update(piece)
 
+    def process(raw: bytes) -> list[bytes]:
+        # Hashing and chunk-signature checks are CPU work: done on a worker thread, one read at a time.
+        if sha256 is not None:
+            sha256.update(raw)
+        pieces = [raw] if decoder is None else [bytes(p) for p in decoder.feed(raw)]
+        for piece in pieces:
+            account(piece)
+        return pieces
+
+    hashing = md5 is not None or sha256 is not None or checksum is not None or decoder is not None
     while True:
         raw = await content.read(READ_SIZE)
         if not raw:
             break
-        if sha256 is not None:
-            sha256.update(raw)
-        if decoder is None:
-            account(raw)
-            yield raw
-            continue
-        for piece in decoder.feed(raw):
-            account(piece)
-            yield bytes(piece)
+        for piece in await asyncio.to_thread(process, raw) if hashing else process(raw):
+            yield piece
 
     trailers: dict[str, str] = decoder.finish() if decoder is not None else {}
     if length is not None and received != length:
