@@ -45,5 +45,27 @@ def test_verify_under_spark_submit(tmp_path: Path) -> None:
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "CORRUPT: bad" in done.stdout
+    # spark-submit merges the Python driver's stderr into its stdout
+    assert "on local[1]" in done.stdout  # the master spark-submit gave, not the default local[*]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["counts"] == {"ok": 1, "corrupt": 1} and summary["ok"] is False
+
+
+def test_verify_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """The same job submitted to a real standalone master: it runs on the worker's executor."""
+    from tests.spark.standalone import StandaloneCluster
+
+    ring = KeyRing.new()
+    ring.save(tmp_path / "ring.json")
+    asyncio.run(_seed(tmp_path / "store", ring))
+    out = tmp_path / "out"
+    args = [tsproxy.jobs.cli.__file__, "verify", "--bucket", "submitted"]
+    args += ["--backend", f"file://{tmp_path / 'store'}", "--key-ring", str(tmp_path / "ring.json")]
+    args += ["--output", str(out)]
+    with StandaloneCluster.start(tmp_path / "spark") as cluster:
+        done = cluster.submit(args)
+    assert done.returncode == 1, f"{done.stderr[-3000:]}\n{cluster.logs()}"
+    assert f"on {cluster.master_url}" in done.stdout
+    assert "CORRUPT: bad" in done.stdout
+    assert json.loads((out / "summary.json").read_text())["counts"] == {"ok": 1, "corrupt": 1}
+    assert list((tmp_path / "spark" / "work").glob("app-*/*/stderr")), "no executor ran on the worker"

@@ -29,6 +29,7 @@ def test_export_on_a_standalone_cluster_equals_the_local_export_and_reruns_ident
         first = cluster.submit(args)
         assert first.returncode == 0, f"{first.stderr[-3000:]}\n{cluster.logs()}"
         assert "6 (0 already exported" in first.stdout
+        assert f"on {cluster.master_url}" in first.stdout  # spark-submit's master, not a local one
         assert digests(tmp_path / "cluster") == expected
         again = cluster.submit([*args, "--full"])
         assert again.returncode == 0, f"{again.stderr[-3000:]}\n{cluster.logs()}"

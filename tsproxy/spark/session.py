@@ -20,12 +20,12 @@ def spark_session(
 
     `master=None`: the master spark-submit gave, else `local[*]`.
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     from . import register
 
-    if master is None and not SparkConf().contains("spark.master"):
+    if master is None and not _submitted_master(SparkConf, SparkContext):
         master = "local[*]"  # not under spark-submit: run on this machine
 
     if master and master.startswith("local"):
@@ -47,4 +47,17 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
+    # One line naming where the work runs: a job meant for a cluster that ran locally is obvious.
+    print(f"{app_name}: Spark {spark.version} on {spark.sparkContext.master}", file=sys.stderr, flush=True)
     return spark
+
+
+def _submitted_master(conf_class: Any, context_class: Any) -> bool:
+    """True when spark-submit (or spark-defaults.conf) named a master.
+
+    Before the JVM gateway is up a SparkConf is an empty Python dict, blind to what spark-submit
+    passed; so the gateway is started first (the session would start it anyway) and the conf read
+    from the JVM's system properties.
+    """
+    context_class._ensure_initialized()
+    return bool(conf_class().contains("spark.master"))
