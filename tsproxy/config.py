@@ -110,6 +110,7 @@ class Config:
     backend_prefix: str = ""
     backend_max_attempts: int = 5
     key_ring: Path | None = None
+    key_ring_check: float = 30.0  # seconds between looks at the key ring file for changes; 0: SIGHUP only
     chunk_size: int = 4 << 20
     compression: str = "auto"
     compression_level: int = 3
@@ -154,6 +155,7 @@ _PARSERS: dict[str, Any] = {
     "backend_prefix": str,
     "backend_max_attempts": int,
     "key_ring": lambda v: Path(str(v)).expanduser(),
+    "key_ring_check": parse_duration,
     "chunk_size": parse_size,
     "compression": str,
     "compression_level": int,
@@ -190,6 +192,8 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
         fail("backend", f"{cfg.backend!r} is not file:///path or http(s)://host:port")
     if cfg.backend_part_size < (5 << 20) or cfg.backend_part_size > (5 << 30):
         fail("backend_part_size", "must be between 5MiB and 5GiB (S3 part size limits)")
+    if cfg.key_ring_check < 0:
+        fail("key_ring_check", "must not be negative (0 turns the periodic check off)")
     if cfg.backend_max_attempts < 1:
         fail("backend_max_attempts", "must be at least 1")
     if cfg.prefetch > (1 << 30):

@@ -181,6 +181,15 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.key_ring_reloads = Counter(
+            "tsproxy_key_ring_reloads_total",
+            "Key ring reloads after the file changed or on SIGHUP, by outcome (ok, error).",
+            ["outcome"],
+            registry=r,
+        )
+        self.key_ring_keys = Gauge(
+            "tsproxy_key_ring_keys", "Key-encryption keys on the loaded key ring.", registry=r
+        )
         self.prime()
 
     def prime(self) -> None:
@@ -203,3 +212,5 @@ class Metrics:
             self.manifest_cache.labels(result)
         for state in ("issued", "used", "wasted"):
             self.prefetch_chunks.labels(state)
+        for outcome in ("ok", "error"):
+            self.key_ring_reloads.labels(outcome)

@@ -274,6 +274,9 @@ class _TtlCache(Generic[K, V]):
     def pop(self, key: K) -> None:
         self._data.pop(key, None)
 
+    def clear(self) -> None:
+        self._data.clear()
+
 
 def _encode_meta_value(value: str) -> str:
     # Backend user metadata must be ASCII; percent-encode anything else (and '%' itself).
@@ -319,6 +322,15 @@ class ObjectService:
         # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
         self._summaries: _TtlCache[tuple[str, str, str], tuple[int, str]] = _TtlCache(100_000, 0)
         self._uploads: _TtlCache[str, UploadState] = _TtlCache(1024, 0)
+
+    def replace_keyring(self, keyring: KeyRing) -> None:
+        """Use another key ring from now on (after a reload).
+
+        New objects are wrapped under its active KEK. Objects resolved under the old ring are resolved
+        again, so a key removed from the ring stops reading at once rather than after metadata_ttl.
+        """
+        self.keyring = keyring
+        self._objects.clear()
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
@@ -114,11 +115,15 @@ class Proxy:
         self.ready = False
         self.draining = False
         self.uploads_in_flight = 0
+        self._ring_stamp: tuple[int, int, int] | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
         if cfg.encryption and cfg.key_ring is not None:
+            self._ring_stamp = _file_stamp(cfg.key_ring)
             self.keyring = await asyncio.to_thread(_load_keyring, cfg)
+            self.metrics.key_ring_keys.set(len(self.keyring.ids()))
         await self.backend.start()
         if cfg.cache_dir is not None:
             cache_key = (
@@ -154,10 +159,15 @@ class Proxy:
         )
         if cfg.local_backend:
             await _ensure_local_root(cfg)
+        if self.keyring is not None and cfg.key_ring_check > 0:
+            self._watcher = asyncio.get_running_loop().create_task(self.watch_keyring())
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
         if self.reader is not None:
             await self.reader.close()
         await self.backend.close()
@@ -165,6 +175,56 @@ class Proxy:
             await asyncio.to_thread(self.cache.close)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.io_executor.shutdown(wait=False, cancel_futures=True)
+
+    async def reload_keyring(self, *, only_if_changed: bool = False) -> bool:
+        """Read the key ring file again and use it from now on; True when a new ring is in use.
+
+        The rotation steps (add, activate, remove) then need no restart: a Kubernetes Secret update
+        or a SIGHUP is enough. A file that fails to load leaves the ring in use untouched (logged and
+        counted). The chunk cache's at-rest key stays the one derived at startup.
+        """
+        path = self.cfg.key_ring
+        if not self.cfg.encryption or path is None or self.service is None:
+            return False
+        stamp = _file_stamp(path)
+        if only_if_changed and stamp == self._ring_stamp:
+            return False
+        try:
+            ring = await asyncio.to_thread(KeyRing.load, path)
+        except (errors.KeyRingError, OSError) as e:
+            if stamp != self._ring_stamp or not only_if_changed:
+                why = {"fields": {"reason": str(e)}}
+                log.error("key ring not reloaded, keeping the one in use", extra=why)
+                self.metrics.key_ring_reloads.labels("error").inc()
+            self._ring_stamp = stamp  # one complaint per change of the file, not one per check
+            return False
+        self._ring_stamp = stamp
+        old = self.keyring
+        self.keyring = ring
+        self.service.replace_keyring(ring)
+        self.metrics.key_ring_reloads.labels("ok").inc()
+        self.metrics.key_ring_keys.set(len(ring.ids()))
+        log.info(
+            "key ring reloaded",
+            extra={
+                "fields": {
+                    "keys": ",".join(ring.ids()),
+                    "active": ring.active_id,
+                    "previous_active": old.active_id if old is not None else None,
+                }
+            },
+        )
+        return True
+
+    async def watch_keyring(self) -> None:
+        """Look at the key ring file every key_ring_check seconds; reload it when it changed."""
+        interval = self.cfg.key_ring_check
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.reload_keyring(only_if_changed=True)
+            except Exception:  # never let the watcher die silently
+                log.exception("key ring check failed")
 
     @property
     def objects(self) -> ObjectService:
@@ -198,6 +258,15 @@ def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
         max_attempts=cfg.backend_max_attempts,
         on_request=on_request,
     )
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file is replaced or rewritten (follows symlinks, as Secret volumes use)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _load_keyring(cfg: Config) -> KeyRing:
@@ -1000,6 +1069,14 @@ async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        background: set[asyncio.Task[Any]] = set()
+
+        def on_hup() -> None:
+            task = loop.create_task(proxy.reload_keyring())
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
         log.info(
             "listening",
             extra={"fields": {"listen": f"{cfg.listen[0]}:{cfg.listen[1]}", "backend": cfg.backend}},

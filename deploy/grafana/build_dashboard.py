@@ -385,6 +385,18 @@ ROWS: list[Row] = [
                 [Target(rate("tsproxy_integrity_errors_total"), "integrity errors/s")],
                 unit="ops",
             ),
+            Panel(
+                "Key ring",
+                "Keys on each instance's loaded key ring, and reloads of the ring file since the processes "
+                "started. During a rotation every instance must show the new count before the next step; "
+                "a failed reload keeps the previous ring (see docs/OPERATIONS.md).",
+                [
+                    Target(f"sum by (instance) (tsproxy_key_ring_keys{{{SEL}}})", "keys {{instance}}"),
+                    Target(
+                        f"sum by (outcome) (tsproxy_key_ring_reloads_total{{{SEL}}})", "reloads {{outcome}}"
+                    ),
+                ],
+            ),
         ],
     ),
 ]

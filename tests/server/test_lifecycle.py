@@ -178,3 +178,45 @@ def test_sigterm_during_upload_is_clean(served: Served) -> None:
     finally:
         again.proc.kill()
         again.proc.wait()
+
+
+def test_sighup_reloads_the_key_ring(tmp_path: Path) -> None:
+    """With the periodic check off, SIGHUP alone makes a newly activated key the one new objects use."""
+    from tsproxy.format import KeyRing
+
+    ring = KeyRing.new(key_id="kek-a")
+    ring.save(tmp_path / "ring.json")
+    s = _serve(tmp_path, "--key-ring", "ring.json", env={"TSPROXY_KEY_RING_CHECK": "0"})
+    try:
+        metrics_url = f"http://127.0.0.1:{s.metrics_port}/metrics"
+
+        def reloads() -> str:
+            text = http.request("GET", metrics_url).data.decode()
+            return next(
+                line
+                for line in text.splitlines()
+                if line.startswith('tsproxy_key_ring_reloads_total{outcome="ok"}')
+            )
+
+        ring.add(key_id="kek-b")
+        ring.activate("kek-b")
+        ring.save(tmp_path / "ring.json")
+        time.sleep(0.3)
+        assert reloads().endswith(" 0.0")  # nothing looks at the file by itself
+        s.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while not reloads().endswith(" 1.0"):
+            assert time.monotonic() < deadline, "SIGHUP did not reload the key ring"
+            time.sleep(0.05)
+        assert s.proc.poll() is None  # SIGHUP does not stop the server
+        s3 = _client(s)
+        s3.create_bucket(Bucket="hup")  # type: ignore[attr-defined]
+        s3.put_object(Bucket="hup", Key="k", Body=b"after the reload")  # type: ignore[attr-defined]
+        files = [f for f in (tmp_path / "tsproxy-data" / "hup").iterdir() if not f.name.startswith(".")]
+        assert len(files) == 1
+        stored = files[0].read_bytes()
+        assert b"kek-b" in stored and b"kek-a" not in stored  # the manifest names the KEK that wraps its DEK
+        assert s3.get_object(Bucket="hup", Key="k")["Body"].read() == b"after the reload"  # type: ignore[attr-defined]
+    finally:
+        s.proc.kill()
+        s.proc.wait()
