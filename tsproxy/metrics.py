@@ -190,7 +190,19 @@ class Metrics:
         self.key_ring_keys = Gauge(
             "tsproxy_key_ring_keys", "Key-encryption keys on the loaded key ring.", registry=r
         )
+        self.key_ring_active = Gauge(
+            "tsproxy_key_ring_active_info",
+            "The active key-encryption key of the loaded ring (1 for its id, no other series).",
+            ["kek_id"],
+            registry=r,
+        )
         self.prime()
+
+    def key_ring_loaded(self, key_ids: list[str], active: str) -> None:
+        """Describe the key ring in use (at start and after every reload)."""
+        self.key_ring_keys.set(len(key_ids))
+        self.key_ring_active.clear()
+        self.key_ring_active.labels(active).set(1)
 
     def prime(self) -> None:
         """Create the labelled series operators graph and alert on, so they exist at zero."""

@@ -123,7 +123,7 @@ class Proxy:
         if cfg.encryption and cfg.key_ring is not None:
             self._ring_stamp = _file_stamp(cfg.key_ring)
             self.keyring = await asyncio.to_thread(_load_keyring, cfg)
-            self.metrics.key_ring_keys.set(len(self.keyring.ids()))
+            self.metrics.key_ring_loaded(self.keyring.ids(), self.keyring.active_id)
         await self.backend.start()
         if cfg.cache_dir is not None:
             cache_key = (
@@ -203,7 +203,7 @@ class Proxy:
         self.keyring = ring
         self.service.replace_keyring(ring)
         self.metrics.key_ring_reloads.labels("ok").inc()
-        self.metrics.key_ring_keys.set(len(ring.ids()))
+        self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
         log.info(
             "key ring reloaded",
             extra={

@@ -387,11 +387,15 @@ ROWS: list[Row] = [
             ),
             Panel(
                 "Key ring",
-                "Keys on each instance's loaded key ring, and reloads of the ring file since the processes "
-                "started. During a rotation every instance must show the new count before the next step; "
-                "a failed reload keeps the previous ring (see docs/OPERATIONS.md).",
+                "Keys on each instance's loaded key ring, its active key, and reloads of the ring file "
+                "since the processes started. During a rotation every instance must show the new ring "
+                "before the next step; a failed reload keeps the previous ring (see docs/OPERATIONS.md).",
                 [
                     Target(f"sum by (instance) (tsproxy_key_ring_keys{{{SEL}}})", "keys {{instance}}"),
+                    Target(
+                        f"max by (instance, kek_id) (tsproxy_key_ring_active_info{{{SEL}}})",
+                        "active {{kek_id}} {{instance}}",
+                    ),
                     Target(
                         f"sum by (outcome) (tsproxy_key_ring_reloads_total{{{SEL}}})", "reloads {{outcome}}"
                     ),

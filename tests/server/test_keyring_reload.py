@@ -55,6 +55,7 @@ def test_rotation_steps_apply_without_restart(served: RunningProxy, ring_path: P
     ring.activate("kek-b")
     ring.save(ring_path)
     _eventually(lambda: _reloads(served, "ok") == 1)
+    assert _active(served) == ["kek-b"]
     s3.put_object(Bucket="rot", Key="new", Body=b"written under b" * 1000)
     assert _kek(served, "rot", "new") == "kek-b"
     assert s3.get_object(Bucket="rot", Key="old")["Body"].read() == b"written under a" * 1000
@@ -78,9 +79,17 @@ def test_rotation_steps_apply_without_restart(served: RunningProxy, ring_path: P
     assert e.value.response["Error"]["Code"] == "InternalError"
     assert s3.get_object(Bucket="rot", Key="new")["Body"].read() == b"written under b" * 1000
     assert served.proxy.metrics.key_ring_keys._value.get() == 1
+    assert _active(served) == ["kek-b"]
+
+
+def _active(p: RunningProxy) -> list[str]:
+    """The kek_id labels of the tsproxy_key_ring_active_info series (exactly one expected)."""
+    samples = p.proxy.metrics.key_ring_active.collect()[0].samples
+    return [s.labels["kek_id"] for s in samples if s.value == 1]
 
 
 def test_unchanged_file_is_not_reloaded(served: RunningProxy) -> None:
+    assert _active(served) == ["kek-a"]
     time.sleep(0.5)
     assert _reloads(served, "ok") == 0 and _reloads(served, "error") == 0
     assert served.proxy.metrics.key_ring_keys._value.get() == 1
