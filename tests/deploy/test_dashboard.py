@@ -17,7 +17,16 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_tools import DEPLOY, Sample, exported_names, require_tool, samples, selectors, tsproxy_names
+from deploy_tools import (
+    DEPLOY,
+    Sample,
+    exported_names,
+    fresh_metrics,
+    require_tool,
+    samples,
+    selectors,
+    tsproxy_names,
+)
 
 from tsproxy.metrics import Metrics
 
@@ -144,7 +153,7 @@ def test_every_query_uses_the_datasource_variable_and_selects_job_and_instance(
 
 def test_queries_name_only_series_tsproxy_exports(dashboard: dict[str, Any]) -> None:
     names = exported_names()
-    exported = list(samples(Metrics()))
+    exported = list(samples(fresh_metrics()))
     for panel, target in _targets(dashboard):
         for metric, matchers in selectors(target["expr"]):
             if not metric.startswith("tsproxy_"):
@@ -228,8 +237,8 @@ def _series_line(s: Sample, values: str) -> dict[str, str]:
 
 
 def _input_series() -> list[dict[str, str]]:
-    before = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples(Metrics())}
-    m = Metrics()
+    before = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples(fresh_metrics())}
+    m = fresh_metrics()
     _short_workload(m)
     series = [{"series": f'up{{instance="{INSTANCE}", job="{JOB}"}}', "values": "1x10"}]
     for s in samples(m):
