@@ -502,10 +502,20 @@ class ObjectService:
     # -- writing ---------------------------------------------------------------------------------
 
     async def _encode(
-        self, ctx: ObjectContext, settings: TransformSettings, segment_no: int, payload: AsyncIterable[bytes]
+        self,
+        ctx: ObjectContext,
+        settings: TransformSettings,
+        segment_no: int,
+        payload: AsyncIterable[bytes],
+        *,
+        object_start: bool = True,
     ) -> AsyncIterator[bytes | SegmentInfo]:
-        """Transform a payload stream into stored chunks; the last item yielded is the SegmentInfo."""
-        encoder = SegmentEncoder(ctx, settings, segment_no)
+        """Transform a payload stream into stored chunks; the last item yielded is the SegmentInfo.
+
+        object_start: the payload is the start of the object (PutObject, part 1), so the `auto`
+        compression probe looks for a Kafka batch at its first byte rather than anywhere near its start.
+        """
+        encoder = SegmentEncoder(ctx, settings, segment_no, object_start=object_start)
         pending = bytearray()
         original = stored = 0
         async for piece in payload:
@@ -778,7 +788,7 @@ class ObjectService:
         result: dict[str, SegmentInfo] = {}
 
         async def stored() -> AsyncIterator[bytes]:
-            async for item in self._encode(ctx, state.settings, part_no, payload):
+            async for item in self._encode(ctx, state.settings, part_no, payload, object_start=part_no == 1):
                 if isinstance(item, SegmentInfo):
                     result["segment"] = item
                 else:

@@ -16,6 +16,7 @@ from tsproxy.format import (
     TransformSettings,
     looks_like_compressed_kafka,
 )
+from tsproxy.format.kafka_probe import SCAN_BYTES, contains_compressed_kafka
 
 CODECS = {
     "none": DefaultRecordBatchBuilder.CODEC_NONE,
@@ -128,3 +129,46 @@ def test_auto_mode_shrinks_uncompressed_kafka() -> None:
     enc = SegmentEncoder(ObjectContext.new(cfg, None), cfg)
     stored = sum(len(c) for c in enc.feed(data) + enc.finish())
     assert stored < len(data) // 2
+
+
+# -- parts of a multipart upload start anywhere inside a segment -------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CODECS))
+@given(cut=st.integers(min_value=0, max_value=20_000))
+def test_a_part_cut_anywhere_is_recognised(name: str, cut: int) -> None:
+    data = segment(CODECS[name], batches=40)
+    assert contains_compressed_kafka(data[cut:]) == (name != "none")
+
+
+def test_no_batch_in_a_part_means_compress() -> None:
+    assert not contains_compressed_kafka(make_data("random", 1 << 20, 5))
+    assert not contains_compressed_kafka(make_data("text", 1 << 20, 6))
+    assert not contains_compressed_kafka(bytes(1 << 20))  # zeros: every position a candidate, none real
+    assert not contains_compressed_kafka(b"")
+    good = batch(CODECS["zstd"])
+    tampered = bytearray(good * 3)
+    for start in range(0, len(tampered), len(good)):
+        tampered[start + 30] ^= 0x01  # every CRC wrong
+    assert not contains_compressed_kafka(bytes(tampered[7:]))
+    # A real batch too far in is not looked for.
+    assert not contains_compressed_kafka(make_data("random", SCAN_BYTES + 100, 7) + segment(CODECS["zstd"]))
+
+
+@given(st.binary(max_size=2048))
+def test_scanning_arbitrary_bytes_never_crashes(data: bytes) -> None:
+    assert contains_compressed_kafka(data) in (True, False)
+
+
+@pytest.mark.parametrize("name", list(CODECS))
+def test_auto_mode_in_a_later_part_skips_compressed_segments(name: str) -> None:
+    data = segment(CODECS[name], batches=40)[1234:]
+    cfg = TransformSettings(chunk_size=MIN_CHUNK_SIZE, compression="auto", encryption=False)
+    start = SegmentEncoder(ObjectContext.new(cfg, None), cfg, 2)
+    start.feed(data)
+    start.finish()
+    assert start.info.compressed is True  # as the start of an object it does not look like Kafka
+    later = SegmentEncoder(ObjectContext.new(cfg, None), cfg, 2, object_start=False)
+    later.feed(data)
+    later.finish()
+    assert later.info.compressed == (name == "none")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import os
 import random
 from datetime import UTC, datetime, timedelta
@@ -137,6 +138,59 @@ def test_multipart_out_of_order_resent_and_small_compressed_parts(proxy: Running
     assert got == whole[first : first + 31]
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["mp/obj"]
+
+
+def _kafka_segment(codec: int, size: int) -> bytes:
+    """Record batches (kafka-python's builder) of hex values (compressible about 2:1), about size bytes."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    rng = random.Random(codec)
+    out = bytearray()
+    offset = 0
+    while len(out) < size:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=codec,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
+        )
+        for i in range(200):
+            builder.append(
+                i,
+                timestamp=1_700_000_000_000 + i,
+                key=None,
+                value=rng.randbytes(500).hex().encode(),
+                headers=[],
+            )
+        raw = bytearray(builder.build())
+        raw[0:8] = offset.to_bytes(8, "big")  # baseOffset is outside the CRC
+        out += raw
+        offset += 200
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", [0, 4], ids=["uncompressed", "zstd"])
+def test_multipart_kafka_segment_auto_compression_per_part(
+    proxy: RunningProxy, bucket: str, codec: int
+) -> None:
+    """Every part of a segment whose batches are compressed skips zstd, not only the first."""
+    data = _kafka_segment(codec, 11 << 20)
+    cuts = [0, 5 << 20, (10 << 20) + 12345, len(data)]  # parts start inside batches
+    s3 = proxy.client()
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="seg.log")["UploadId"]
+    parts = []
+    for no, (a, b) in enumerate(itertools.pairwise(cuts), start=1):
+        etag = s3.upload_part(Bucket=bucket, Key="seg.log", UploadId=uid, PartNumber=no, Body=data[a:b])[
+            "ETag"
+        ]
+        parts.append({"PartNumber": no, "ETag": etag})
+    s3.complete_multipart_upload(Bucket=bucket, Key="seg.log", UploadId=uid, MultipartUpload={"Parts": parts})
+    assert s3.get_object(Bucket=bucket, Key="seg.log")["Body"].read() == data
+    manifest = proxy.call(proxy.proxy.objects.resolve(bucket, "seg.log")).manifest
+    assert [seg.compressed for seg in manifest.segments] == [codec == 0] * 3
 
 
 def test_multipart_errors(proxy: RunningProxy, bucket: str) -> None:

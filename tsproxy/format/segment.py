@@ -28,7 +28,7 @@ from .context import (
     chunk_nonce,
 )
 from .index import decode_sizes, encode_sizes
-from .kafka_probe import looks_like_compressed_kafka
+from .kafka_probe import contains_compressed_kafka, looks_like_compressed_kafka
 from .settings import MIN_CHUNK_SIZE, TransformSettings
 from .wire import Reader, Writer
 
@@ -163,11 +163,14 @@ class SegmentEncoder:
         segment_no: int = 1,
         *,
         salt: bytes | None = None,
+        object_start: bool = True,
     ) -> None:
         if not 1 <= segment_no <= MAX_SEGMENT_NO:
             raise ValueError(f"segment_no {segment_no} is not within 1..{MAX_SEGMENT_NO}")
         self._settings = settings
         self._segment_no = segment_no
+        # False for a multipart part after the first: its data starts anywhere inside the object.
+        self._object_start = object_start
         self._chunk_size = settings.chunk_size
         # The chunk buffer grows to the chunk size only as data arrives: a small object never pays for a
         # whole (up to 64 MiB) chunk of zeroed memory.
@@ -265,7 +268,8 @@ class SegmentEncoder:
 
     def _decide_compression(self, first_chunk: memoryview) -> None:
         mode = self._settings.compression
-        if mode == "on" or (mode == "auto" and not looks_like_compressed_kafka(first_chunk)):
+        probe = looks_like_compressed_kafka if self._object_start else contains_compressed_kafka
+        if mode == "on" or (mode == "auto" and not probe(first_chunk)):
             self._compressed = True
             self._compressor = zstandard.ZstdCompressor(
                 level=self._settings.level, write_checksum=False, write_content_size=True
