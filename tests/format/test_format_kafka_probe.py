@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from tests.support.kafka_batches import producer_batch
 from tsproxy.format import (
     MIN_CHUNK_SIZE,
     ObjectContext,
@@ -28,21 +29,8 @@ CODECS = {
 
 
 def batch(codec: int, base_offset: int = 0, records: int = 50, transactional: bool = False) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=transactional,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for i in range(records):
-        value = b'{"order": %d, "item": "widget-%d", "qty": %d}' % (i, i % 13, i % 5)
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=value, headers=[])
-    out = bytearray(builder.build())
-    out[0:8] = base_offset.to_bytes(8, "big")  # baseOffset is outside the CRC
-    return bytes(out)
+    values = (b'{"order": %d, "item": "widget-%d", "qty": %d}' % (i, i % 13, i % 5) for i in range(records))
+    return producer_batch(codec, values, base_offset=base_offset, transactional=transactional)
 
 
 def segment(codec: int, batches: int = 20) -> bytes:

@@ -13,6 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.server.harness import RunningProxy
+from tests.support.kafka_batches import producer_batch
 
 
 def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
@@ -141,34 +142,14 @@ def test_multipart_out_of_order_resent_and_small_compressed_parts(proxy: Running
 
 
 def _kafka_segment(codec: int, size: int) -> bytes:
-    """Record batches (kafka-python's builder) of hex values (compressible about 2:1), about size bytes."""
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
+    """Record batches of hex values (compressible about 2:1), about size bytes in all."""
     rng = random.Random(codec)
     out = bytearray()
     offset = 0
     while len(out) < size:
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=codec,
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 20,
-        )
-        for i in range(200):
-            builder.append(
-                i,
-                timestamp=1_700_000_000_000 + i,
-                key=None,
-                value=rng.randbytes(500).hex().encode(),
-                headers=[],
-            )
-        raw = bytearray(builder.build())
-        raw[0:8] = offset.to_bytes(8, "big")  # baseOffset is outside the CRC
-        out += raw
-        offset += 200
+        values = [rng.randbytes(500).hex().encode() for _ in range(200)]
+        out += producer_batch(codec, values, base_offset=offset)
+        offset += len(values)
     return bytes(out)
 
 
