@@ -139,17 +139,22 @@ async def test_encryption_at_rest(cache_dir: Path, io_executor: ThreadPoolExecut
     again = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
     assert bytes(await again.get(key(0)) or b"") == secret
     again.close()
-    # ... another key, or no key at all, sees a miss, never ciphertext.
+    # ... another key (a rotated KEK after a restart), or no key at all, sees a miss, never ciphertext;
+    # and that is a changed setting, not damage: nothing counts as corrupt.
     for other in (os.urandom(32), None):
-        c = ChunkCache(cache_dir, 64 << 20, encryption_key=other, executor=io_executor)
+        metrics = Metrics()
+        c = ChunkCache(cache_dir, 64 << 20, encryption_key=other, executor=io_executor, metrics=metrics)
         await c.put(key(1), payload(1))
         if other is None:
             # and a plain entry is no use to an encrypting cache either
             await c.put(key(2), payload(2))
         assert await c.get(key(0)) is None
+        assert not await c.contains(key(0))  # deleted, so it does not hold space until evicted
+        assert c.corrupt == 0 and metrics.cache_corrupt._value.get() == 0
         c.close()
     c = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
     assert await c.get(key(2)) is None
+    assert c.corrupt == 0
     c.close()
 
 

@@ -8,12 +8,16 @@ Every entry is self-checking. Without encryption an entry is
 
     kind (u8 = 1) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload
 
-and with `encryption_key` it is sealed with AES-256-GCM, the key bound in as associated data:
+and with `encryption_key` it is sealed with AES-256-GCM, the cache key bound in as associated data:
 
-    kind (u8 = 2) || nonce (12, random) || AES-GCM(payload) with its 16-byte tag
+    kind (u8 = 3) || key tag (4) || nonce (12, random) || AES-GCM(payload) with its 16-byte tag
 
-An entry that fails its check (bit rot, a truncated file, a file swapped between keys, a different
-encryption key after a restart) is deleted, counted and reported as a miss; it is never served.
+where the key tag is the first 4 bytes of HMAC-SHA256(encryption key, "tsproxy cache key tag").
+
+An entry that fails its check (bit rot, a truncated file, a file swapped between keys) is deleted,
+counted as corrupt and reported as a miss; it is never served. An entry written under another setting
+(another encryption key after a key rotation and restart, encryption switched on or off, an older entry
+format) is not damage: it is deleted and reported as a miss without counting as corruption.
 
 Size: diskcache measures its volume as SQLite pages plus value file sizes, and evicts in two ways: a
 `set` that finds the volume at its limit evicts up to `cull_limit` least recently used entries, and
@@ -29,6 +33,7 @@ Every diskcache call runs in the executor passed in, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import os
 import sqlite3
@@ -51,7 +56,11 @@ log = logging.getLogger("tsproxy.cache")
 T = TypeVar("T")
 
 _KIND_PLAIN = 1
-_KIND_SEALED = 2
+_KIND_SEALED = 3  # kind 2, sealed without a key tag, was never released; read as another setting's
+_KEY_TAG_SIZE = 4
+_KINDS = (_KIND_PLAIN, 2, _KIND_SEALED)
+# What _open returns for an intact-looking entry written under another setting (a distinct object).
+_STALE = memoryview(b"")
 _PLAIN_HEADER = struct.Struct(">BII")  # kind, payload length, CRC32C
 _NONCE_SIZE = 12
 _TAG_SIZE = 16
@@ -106,6 +115,11 @@ class ChunkCache:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self._aead = AESGCM(encryption_key) if encryption_key is not None else None
+        self._key_tag = (
+            hmac.digest(encryption_key, b"tsproxy cache key tag", "sha256")[:_KEY_TAG_SIZE]
+            if encryption_key is not None
+            else b""
+        )
         self._own_executor = executor is None
         if executor is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -155,6 +169,9 @@ class ChunkCache:
             log.warning("chunk cache read failed, treating as a miss: %s", e)
             return None
         payload = self._open(disk_key, entry)
+        if payload is _STALE:
+            self._delete_sync(disk_key)  # written under another setting: a miss, not damage
+            return None
         if payload is None:
             self._discard_corrupt(disk_key)
         return payload
@@ -188,7 +205,8 @@ class ChunkCache:
         disk_key = key.to_bytes()
         if self._aead is not None:
             nonce = os.urandom(_NONCE_SIZE)
-            pieces = _Pieces(bytes((_KIND_SEALED,)), nonce, self._aead.encrypt(nonce, data, disk_key))
+            sealed = self._aead.encrypt(nonce, data, disk_key)
+            pieces = _Pieces(bytes((_KIND_SEALED,)) + self._key_tag, nonce, sealed)
         else:
             crc = crc32c(data, crc32c(disk_key))
             pieces = _Pieces(_PLAIN_HEADER.pack(_KIND_PLAIN, len(data), crc), data)
@@ -252,7 +270,7 @@ class ChunkCache:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _open(self, disk_key: bytes, entry: bytes) -> bytes | memoryview | None:
-        """The payload of an entry if it passes its check, else None."""
+        """The payload of an entry if it passes its check; _STALE for another setting's entry; else None."""
         view = memoryview(entry)
         if not view:
             return None
@@ -266,13 +284,19 @@ class ChunkCache:
                 return None
             return payload
         if kind == _KIND_SEALED and self._aead is not None:
-            if len(view) < 1 + _NONCE_SIZE + _TAG_SIZE:
+            head = 1 + _KEY_TAG_SIZE
+            if len(view) < head + _NONCE_SIZE + _TAG_SIZE:
                 return None
+            if view[1:head] != self._key_tag:
+                return _STALE  # sealed under another key
             try:
-                return self._aead.decrypt(view[1 : 1 + _NONCE_SIZE], view[1 + _NONCE_SIZE :], disk_key)
+                return self._aead.decrypt(
+                    view[head : head + _NONCE_SIZE], view[head + _NONCE_SIZE :], disk_key
+                )
             except InvalidTag:
                 return None
-        # An entry of the other kind (encryption switched on or off across a restart) is unusable too.
+        if kind in _KINDS:
+            return _STALE  # encryption switched on or off across a restart, or an older entry format
         return None
 
     def _discard_corrupt(self, disk_key: bytes) -> None:
