@@ -464,7 +464,7 @@ class ObjectService:
         manifest, ctx = await self._cpu("read", decode_tail, tail, self.keyring)
         return StoredObject.written(loc, info, manifest, ctx, meta)
 
-    def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
+    def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes | memoryview]:
         """The original bytes first..last (inclusive) of a resolved object, streamed.
 
         ObjectChanged when the object was overwritten since it was resolved: resolve it again.
@@ -506,7 +506,7 @@ class ObjectService:
         ctx: ObjectContext,
         settings: TransformSettings,
         segment_no: int,
-        payload: AsyncIterable[bytes],
+        payload: AsyncIterable[bytes | memoryview],
         *,
         object_start: bool = True,
     ) -> AsyncIterator[bytes | SegmentInfo]:
@@ -774,7 +774,7 @@ class ObjectService:
         return state
 
     async def upload_part(
-        self, bucket: str, key: str, upload_id: str, part_no: int, payload: AsyncIterable[bytes]
+        self, bucket: str, key: str, upload_id: str, part_no: int, payload: AsyncIterable[bytes | memoryview]
     ) -> PartRecord:
         """Transform one client part as its own segment and keep it until the upload completes."""
         if not 1 <= part_no <= MAX_PARTS:

@@ -714,7 +714,7 @@ async def _send_object(proxy: Proxy, call: Call, obj: StoredObject, *, head: boo
     return response
 
 
-async def _close(iterator: AsyncIterator[bytes]) -> None:
+async def _close(iterator: AsyncIterator[Any]) -> None:
     close = getattr(iterator, "aclose", None)
     if close is not None:
         await close()
@@ -894,12 +894,12 @@ async def upload_part_copy(proxy: Proxy, call: Call) -> web.StreamResponse:
         first, last = parsed
     upload_id = call.query["uploadId"]
     await proxy.objects._upload_state(call.bucket, call.key, upload_id)
-    source: AsyncIterator[bytes] = proxy.objects.read(src, first, last) if src.size else _empty()
+    source: AsyncIterator[bytes | memoryview] = proxy.objects.read(src, first, last) if src.size else _empty()
     record = await proxy.objects.upload_part(call.bucket, call.key, upload_id, part_no, source)
     return _xml(xml.copy_part_xml(record.etag, record.last_modified))
 
 
-async def _empty() -> AsyncIterator[bytes]:
+async def _empty() -> AsyncIterator[bytes | memoryview]:
     return
     yield b""  # pragma: no cover
 

@@ -3,14 +3,17 @@
 For each chunk a read needs, in order:
 
 1. the few most recently used chunks held in memory (HotChunks) answer repeats at once;
-2. a download already under way (single-flight) is joined;
-3. else the disk cache is asked; a hit costs no backend request;
-4. else the chunk is fetched, together with the next missing chunks of the read (up to
+2. a disk-cache read started ahead for a forward reader (see below) is awaited;
+3. a download already under way (single-flight) is joined;
+4. else the disk cache is asked; a hit costs no backend request;
+5. else the chunk is fetched, together with the next missing chunks of the read (up to
    FOREGROUND_BYTES), in one coalesced ranged GET.
 
 While it consumes, the reader keeps a window of chunks scheduled ahead (see prefetch.PrefetchPolicy):
 within its own range, and past it to the object's end once the object is being read forward. Those
 windows go out as background requests, bounded in number and in bytes, whose chunks land in the cache.
+A forward reader also has the next PROMOTE_AHEAD chunks read from the disk cache into memory in the
+background, so a warm sequential read does not stop at each chunk boundary for a 4 MiB disk read.
 Chunks are decoded (authenticated, decrypted, inflated) in the executor, one ChunkDecoder per thread and
 object; a chunk that fails is an error for every reader waiting on it and is never cached. Downloads
 outlive the read that started them, so a client hanging up never fails another reader sharing them.
@@ -27,9 +30,10 @@ import contextlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Any
 
 from tsproxy import errors
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
@@ -47,6 +51,8 @@ FetchStored = Callable[[int, int], Awaitable[bytes]]
 # How much of a read a cold first fetch brings in: enough to coalesce a typical 1 MiB fetch that
 # crosses chunk boundaries, little enough for a quick first byte on a long read.
 FOREGROUND_BYTES = 4 << 20
+# Chunks a forward reader has moved from the disk cache into memory ahead of its position.
+PROMOTE_AHEAD = 1
 # Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
 DECODERS_PER_THREAD = 16
 
@@ -111,6 +117,9 @@ class ChunkReader:
         )
         self._background_bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        # Disk-cache reads started ahead of a forward reader: their result, or None when the cache
+        # no longer had the chunk. Not single-flight downloads: they fetch nothing from the backend.
+        self._promoting: dict[ChunkKey, asyncio.Future[bytes | memoryview | None]] = {}
         self._local = threading.local()
         self._closed = False
         self.fetches = 0  # backend requests made
@@ -127,7 +136,7 @@ class ChunkReader:
 
     async def read(
         self, manifest: Manifest, ctx: ObjectContext, fetch: FetchStored, first: int, last: int
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncIterator[bytes | memoryview]:
         """The original bytes first..last (inclusive) of the object, in order, as chunks become ready.
 
         IntegrityError (never wrong bytes) when stored data fails verification; the fetch function's
@@ -152,8 +161,8 @@ class ChunkReader:
                 data = await self._chunk(rd, i, ref, position)
                 start = position - ref.original_offset
                 stop = min(last + 1, ref.original_offset + ref.original_len) - ref.original_offset
-                piece = data if start == 0 and stop == len(data) else data[start:stop]
-                yield piece if isinstance(piece, bytes) else bytes(piece)
+                # A view, not a copy: the chunk stays alive (and unchanged) for as long as the view does.
+                yield data if start == 0 and stop == len(data) else memoryview(data)[start:stop]
                 self._policy.consumed(manifest.object_id, stream, i, ref.original_offset + stop)
         finally:
             rd.pending.clear()
@@ -175,6 +184,8 @@ class ChunkReader:
         key = rd.key(ref)
         fut = rd.pending.pop(i, None)
         data = self._hot.get(key)
+        if data is None and fut is None and key in self._promoting:
+            data = await wait(self._promoting[key])  # None: evicted from the disk cache meanwhile
         if data is None and fut is None:
             fut = self._flights.join(key)
             if fut is None and self._cache is not None:
@@ -185,6 +196,7 @@ class ChunkReader:
             fut = await self._fetch_foreground(rd, i, ref)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
         await self._read_ahead(rd, position)
+        self._promote_ahead(rd, i)
         if data is None:
             assert fut is not None
             data = await self._wait(rd, i, ref, fut)
@@ -240,6 +252,11 @@ class ChunkReader:
         if self._background_bytes and self._background_bytes + upper > self._background_budget:
             return  # over budget: asked again at the next chunk
         self._policy.scheduled(rd.stream, refs[-1].original_offset + refs[-1].original_len)
+        if self._cache is not None:
+            # The chunks land in the cache, so this read need not wait while the cache is asked which
+            # of them it already has (an executor round trip, at every chunk of a warm forward read).
+            self._spawn(self._launch_ahead(rd, j0, refs))
+            return
         missing = await self._missing(rd, refs)
         futures = self._launch(rd, j0, refs, missing, background=True)
         if self._cache is None:
@@ -251,6 +268,48 @@ class ChunkReader:
                 fut = futures.get(pos) or rd.pending.get(j) or self._flights.join(rd.key(ref))
                 if fut is not None:
                     rd.pending[j] = fut
+
+    async def _launch_ahead(self, rd: _Read, j0: int, refs: list[ChunkRef]) -> None:
+        missing = await self._missing(rd, refs)
+        if not self._closed:
+            self._launch(rd, j0, refs, missing, background=True)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _promote_ahead(self, rd: _Read, i: int) -> None:
+        """For a forward reader, start reading the next chunks from the disk cache into memory."""
+        if self._cache is None or not rd.stream.sequential or self._closed:
+            return
+        index = rd.manifest.index
+        for j in range(i + 1, i + 1 + PROMOTE_AHEAD):
+            if j >= len(index):
+                return
+            ref = index.chunk(j)
+            if ref.original_offset >= rd.limit:
+                return
+            key = rd.key(ref)
+            if key in self._hot or key in self._promoting or key in self._flights:
+                continue  # in memory already, or on its way
+            fut: asyncio.Future[bytes | memoryview | None] = asyncio.get_running_loop().create_future()
+            self._promoting[key] = fut
+            self._spawn(self._promote(key, fut))
+
+    async def _promote(self, key: ChunkKey, fut: asyncio.Future[bytes | memoryview | None]) -> None:
+        assert self._cache is not None
+        data: bytes | memoryview | None = None
+        try:
+            data = await self._cache.get(key)  # a miss when the chunk is not (or no longer) cached
+            if data is not None:
+                self._hot.put(key, data)
+        finally:
+            # Settled even when cancelled, so a reader waiting on it goes on to the other sources.
+            if not fut.done():
+                fut.set_result(data)
+            if self._promoting.get(key) is fut:
+                del self._promoting[key]
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""

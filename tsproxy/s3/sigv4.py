@@ -16,6 +16,7 @@ Only SigV4 is accepted. SigV2 (`AWS key:sig`, `AWSAccessKeyId=`) and SigV4a get 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -71,8 +72,12 @@ class AuthResult:
 # -- primitives shared with the aws-chunked decoder -----------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
 def derive_signing_key(secret: str, date: str, region: str, service: str = SERVICE) -> bytes:
-    """HMAC chain AWS4<secret> -> date -> region -> service -> aws4_request."""
+    """HMAC chain AWS4<secret> -> date -> region -> service -> aws4_request.
+
+    Cached (as SDKs do): a key changes once a day per credential, and deriving it costs four HMACs.
+    """
     key = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
     for part in (region, service, TERMINATOR):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
@@ -183,8 +188,12 @@ def _payload_mode(value: str) -> tuple[str, str | None]:
 def _parse_amz_date(value: str) -> datetime | None:
     if not _AMZ_DATE_RE.fullmatch(value):
         return None
+    # YYYYMMDDTHHMMSSZ (the pattern above checked the shape); datetime() checks the ranges.
     try:
-        return datetime.strptime(value, AMZ_DATE).replace(tzinfo=UTC)
+        return datetime(
+            int(value[0:4]), int(value[4:6]), int(value[6:8]),
+            int(value[9:11]), int(value[11:13]), int(value[13:15]), tzinfo=UTC,
+        )  # fmt: skip
     except ValueError:
         return None
 
