@@ -256,6 +256,50 @@ async def test_repeats_are_served_from_memory(
     await cold.close()
 
 
+async def test_a_warm_forward_reader_finds_the_next_chunk_in_memory(
+    cache: ChunkCache, executor: ThreadPoolExecutor
+) -> None:
+    obj = make_object(random_data(2 * MIB), chunk_size=256 * KIB)
+    warmer = ChunkReader(cache, executor, memory_bytes=0)
+    fetch = CountingFetch(obj)
+    assert await read_all(warmer, obj, fetch, 0, 2 * MIB - 1) == obj.data  # every chunk on disk
+    await settle(warmer)
+    await warmer.close()
+    calls = len(fetch.calls)
+
+    reader = ChunkReader(cache, executor, memory_bytes=8 * MIB)
+    step = 100 * KIB
+    assert await read_all(reader, obj, fetch, 0, step - 1) == obj.data[:step]
+    await settle(reader)
+    assert chunk_key(obj, 1) not in reader._hot  # one read is no direction yet
+    assert await read_all(reader, obj, fetch, step, 2 * step - 1) == obj.data[step : 2 * step]
+    await settle(reader)
+    # Moving forward: the next chunk came from the disk cache into memory before being asked for.
+    assert chunk_key(obj, 1) in reader._hot and chunk_key(obj, 2) not in reader._hot
+    assert len(fetch.calls) == calls  # and nothing from the backend
+    await reader.close()
+
+
+async def test_a_chunk_evicted_while_promoted_is_fetched_again(
+    cache: ChunkCache, executor: ThreadPoolExecutor
+) -> None:
+    obj = make_object(random_data(1 * MIB), chunk_size=256 * KIB)
+    fetch = CountingFetch(obj)
+    reader = ChunkReader(cache, executor, memory_bytes=8 * MIB, prefetch_bytes=0)
+    assert await read_all(reader, obj, fetch, 0, MIB - 1) == obj.data
+    await settle(reader)
+    reader._hot.clear()
+    await cache.delete(chunk_key(obj, 1))  # the promote of chunk 1 will find nothing on disk
+    calls = len(fetch.calls)
+    # Two forward reads in chunk 0, then across into chunk 1: correct bytes, chunk 1 fetched once.
+    assert await read_all(reader, obj, fetch, 0, 99) == obj.data[:100]
+    assert await read_all(reader, obj, fetch, 100, 300 * KIB) == obj.data[100 : 300 * KIB + 1]
+    await settle(reader)
+    assert len(fetch.calls) == calls + 1
+    assert not reader._promoting
+    await reader.close()
+
+
 # -- sharing and coalescing ----------------------------------------------------------------------------
 
 
