@@ -113,7 +113,7 @@ class Config:
     key_ring_check: float = 30.0  # seconds between looks at the key ring file for changes; 0: SIGHUP only
     chunk_size: int = 4 << 20
     compression: str = "auto"
-    compression_level: int = 3
+    compression_level: int = 1
     encryption: bool = True
     cache_dir: Path | None = Path("./tsproxy-cache")
     cache_size: int = 1 << 30
