@@ -34,7 +34,7 @@ SERVE_FLAGS = (
         "compression",
         "off, on or auto (default auto: skip already-compressed Kafka segments)",
     ),
-    ("--compression-level", "compression_level", "zstd level (default 3)"),
+    ("--compression-level", "compression_level", "zstd level (default 1)"),
     ("--cache-dir", "cache_dir", "chunk cache directory (default ./tsproxy-cache; 'off' disables it)"),
     ("--cache-size", "cache_size", "chunk cache size (default 1GiB)"),
     ("--prefetch", "prefetch", "bytes read ahead of a forward-moving reader (default 16MiB)"),
