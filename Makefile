@@ -56,6 +56,7 @@ bench: install-test
 	$(PY) benchmarks/transform.py
 	$(PY) benchmarks/proxy.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/fetch.py
+	$(PY) benchmarks/http_floor.py
 	$(PY) benchmarks/spark_export.py
 	$(PY) benchmarks/jobs.py
 

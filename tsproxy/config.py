@@ -118,6 +118,7 @@ class Config:
     cache_dir: Path | None = Path("./tsproxy-cache")
     cache_size: int = 1 << 30
     cache_encrypt: bool = False
+    memory_cache_size: int = 32 << 20  # decoded chunks kept in memory in front of the disk cache
     prefetch: int = 16 << 20
     metadata_ttl: float = 5.0
     credentials: tuple[Credentials, ...] = ()
@@ -165,6 +166,7 @@ _PARSERS: dict[str, Any] = {
     ),
     "cache_size": parse_size,
     "cache_encrypt": parse_bool,
+    "memory_cache_size": parse_size,
     "prefetch": parse_size,
     "metadata_ttl": parse_duration,
     "anonymous": parse_bool,
@@ -196,6 +198,8 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
         fail("key_ring_check", "must not be negative (0 turns the periodic check off)")
     if cfg.backend_max_attempts < 1:
         fail("backend_max_attempts", "must be at least 1")
+    if not 0 <= cfg.memory_cache_size <= (4 << 30):
+        fail("memory_cache_size", "must be between 0 and 4GiB")
     if cfg.prefetch > (1 << 30):
         fail("prefetch", "must be at most 1GiB")
     if cfg.cache_dir is not None and cfg.cache_size < 4 * cfg.chunk_size:

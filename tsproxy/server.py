@@ -138,7 +138,11 @@ class Proxy:
                 metrics=self.metrics,
             )
         self.reader = ChunkReader(
-            self.cache, self.executor, prefetch_bytes=cfg.prefetch, metrics=self.metrics
+            self.cache,
+            self.executor,
+            prefetch_bytes=cfg.prefetch,
+            memory_bytes=cfg.memory_cache_size,
+            metrics=self.metrics,
         )
         settings = TransformSettings(
             chunk_size=cfg.chunk_size,
