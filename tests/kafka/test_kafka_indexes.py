@@ -10,14 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka_helpers import T0
 
-from tsproxy.kafka.builder import SegmentBuilder, encode_offset_index, encode_time_index
+from tsproxy.kafka.builder import SegmentBuilder, encode_offset_index, encode_time_index, encode_txn_index
 from tsproxy.kafka.codecs import CODEC_LZ4, CODEC_NONE
 from tsproxy.kafka.errors import CorruptRecordError
 from tsproxy.kafka.indexes import (
+    AbortedRanges,
+    AbortedTxn,
+    aborted_overlapping,
     lookup_position,
     lookup_timestamp,
     parse_offset_index,
     parse_time_index,
+    parse_txn_index,
     split_points,
     split_ranges,
 )
@@ -186,3 +190,36 @@ def test_split_ranges_always_tile_the_segment(gaps: list[int], size_extra: int, 
     assert ranges[0][0] == 0 and ranges[-1][1] == size
     assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges))
     assert all(end - start >= target for start, end in ranges[:-1])
+
+
+def test_transaction_index_round_trips_and_rejects_damage() -> None:
+    entries = [(7, 100, 140), (9, 90, 141), (7, 150, 150)]
+    data = encode_txn_index(entries)
+    assert len(data) == 3 * 34
+    parsed = parse_txn_index(data, object_name="s3://b/x.txnindex")
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in parsed] == entries
+    assert parsed[0].last_stable_offset == 141
+    assert parse_txn_index(b"") == []
+    with pytest.raises(CorruptRecordError, match="whole number of 34-byte entries") as cut:
+        parse_txn_index(data[:-1], object_name="s3://b/x.txnindex")
+    assert cut.value.object_name == "s3://b/x.txnindex" and cut.value.offset == 68
+    bad_version = b"\x00\x01" + data[2:34]
+    with pytest.raises(CorruptRecordError, match="version 1"):
+        parse_txn_index(bad_version)
+    backwards = encode_txn_index([(7, 150, 140)])
+    with pytest.raises(CorruptRecordError, match=r"spans 150\.\.140"):
+        parse_txn_index(backwards)
+
+
+def test_aborted_ranges_answer_per_producer_and_offset() -> None:
+    ranges = AbortedRanges([AbortedTxn(7, 100, 140), AbortedTxn(7, 200, 210), (9, 120, 125)])
+    assert ranges and not AbortedRanges([])
+    for producer, offset, expected in [
+        (7, 99, False), (7, 100, True), (7, 140, True), (7, 141, False), (7, 205, True), (7, 211, False),
+        (9, 119, False), (9, 120, True), (8, 120, False),
+    ]:  # fmt: skip
+        assert ranges.covers(producer, offset) is expected, (producer, offset)
+    txns = [AbortedTxn(7, 100, 140), AbortedTxn(9, 120, 125), AbortedTxn(7, 200, 210)]
+    assert aborted_overlapping(txns, 126, 199) == ((7, 100, 140),)
+    assert aborted_overlapping(txns, 141, None) == ((7, 200, 210),)
+    assert aborted_overlapping(txns, 0, 99) == ()

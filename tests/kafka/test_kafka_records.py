@@ -20,6 +20,7 @@ from tsproxy.kafka.builder import (
 )
 from tsproxy.kafka.codecs import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, XERIAL_MAGIC
 from tsproxy.kafka.errors import CorruptRecordError
+from tsproxy.kafka.indexes import AbortedRanges, AbortedTxn
 from tsproxy.kafka.records import (
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -278,3 +279,36 @@ def test_uncompressed_throughput_is_reported(capsys: pytest.CaptureFixture[str])
         print(
             f"\n  iter_rows: {count / elapsed / 1e6:.2f} M records/s, {len(segment) / elapsed / 1e6:.0f} MB/s"
         )
+
+
+def test_aborted_transactions_are_left_out_batch_by_batch() -> None:
+    # Producer 5 aborts offsets 10-13 (marker at 16); producer 6 commits 14-15 (marker at 17); the
+    # plain batch at 18 and producer 5's next, committed transaction at 20 stay.
+    plain = build_batch(sample_records(2, 18, seed=1))
+    aborted_a = build_batch(
+        sample_records(2, 10, seed=2), transactional=True, producer_id=5, codec=CODEC_ZSTD
+    )
+    aborted_b = build_batch(sample_records(2, 12, seed=3), transactional=True, producer_id=5)
+    other = build_batch(sample_records(2, 14, seed=4), transactional=True, producer_id=6)
+    abort = build_control_batch(16, commit=False, producer_id=5, producer_epoch=0, timestamp=T0)
+    commit = build_control_batch(17, commit=True, producer_id=6, producer_epoch=0, timestamp=T0)
+    later = build_batch(sample_records(1, 20, seed=5), transactional=True, producer_id=5)
+    segment = segment_of(aborted_a, aborted_b, other, abort, commit, plain, later)
+    ranges = AbortedRanges([AbortedTxn(5, 10, 16)])
+
+    everything = [r.offset for r in iter_records(segment)]
+    assert everything == [10, 11, 12, 13, 14, 15, 18, 19, 20]
+    stats = DecodeStats()
+    kept = [r[0] for r in iter_rows(segment, aborted=ranges, stats=stats)]
+    assert kept == [14, 15, 18, 19, 20]
+    assert stats.aborted_records == 4 and stats.records == 5
+    # Offset bounds count only the aborted records inside them.
+    stats = DecodeStats()
+    assert [r.offset for r in iter_records(segment, min_offset=11, aborted=ranges, stats=stats)] == kept
+    assert stats.aborted_records == 3
+    # A non-transactional batch is never dropped, whatever its producer id says.
+    same_producer = build_batch(sample_records(2, 11, seed=6), producer_id=5)
+    assert [r.offset for r in iter_records(same_producer, aborted=ranges)] == [11, 12]
+    # Markers stay visible to include_control, the abort marker included.
+    with_markers = [r.offset for r in iter_records(segment, aborted=ranges, include_control=True)]
+    assert with_markers == [14, 15, 16, 17, 18, 19, 20]

@@ -7,7 +7,8 @@ kafka-python cannot build them: those come from tsproxy.kafka.builder. Segments 
 indexes are assembled by tsproxy.kafka.builder.SegmentBuilder, which indexes like a broker.
 
 `upload_aiven` stores segments in the Aiven RemoteStorageManager layout with the plugin's compression and
-encryption off: the `.log` byte for byte, the `.indexes` object and the `.rsm-manifest` JSON.
+encryption off: the `.log` byte for byte, the `.indexes` object and the `.rsm-manifest` JSON. A segment
+holding an abort marker gets a transaction index, as a broker writes it, in both layouts.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from awscrt.checksums import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from tsproxy.kafka.builder import SegmentBuilder, build_control_batch, build_indexes_object
+from tsproxy.kafka.builder import SegmentBuilder, build_control_batch, build_indexes_object, encode_txn_index
 from tsproxy.kafka.layout import aiven_segment_key, logdir_segment_key
 from tsproxy.kafka.manifest import plain_manifest
 
@@ -83,6 +84,12 @@ class BuiltSegment:
     next_offset: int  # the offset after this segment's last batch (control batches included)
     rows: list[Row] = field(default_factory=list)
     segment_id: str = field(default_factory=kafka_uuid)
+    # (producer id, first offset, marker offset) of each transaction aborted in this segment
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def txn_index(self) -> bytes | None:
+        return encode_txn_index(self.aborted) if self.aborted else None
 
 
 class PartitionWriter:
@@ -100,6 +107,9 @@ class PartitionWriter:
         self._base = start_offset
         # Every record in offset order, transaction markers too: (offset, timestamp, is_marker).
         self.timeline: list[tuple[int, int, bool]] = []
+        self._open: dict[int, list[int]] = {}  # producer id -> offsets of its open transaction
+        self._aborted: list[tuple[int, int, int]] = []  # aborted in the current segment
+        self.aborted_offsets: set[int] = set()  # every record offset of an aborted transaction
 
     def _current(self) -> SegmentBuilder:
         if self._builder is None:
@@ -127,6 +137,8 @@ class PartitionWriter:
             ts, ts_type = (log_append_time, 1) if log_append_time is not None else (timestamp, 0)
             self._rows.append((self.offset + delta, ts, ts_type, key, value, tuple(headers)))
             self.timeline.append((self.offset + delta, ts, False))
+            if transactional:
+                self._open.setdefault(producer_id, []).append(self.offset + delta)
         self.offset += len(rows)
 
     def marker(self, *, commit: bool, producer_id: int, timestamp: int) -> None:
@@ -137,6 +149,10 @@ class PartitionWriter:
             )
         )
         self.timeline.append((self.offset, timestamp, True))
+        offsets = self._open.pop(producer_id, [])
+        if not commit and offsets:
+            self._aborted.append((producer_id, offsets[0], self.offset))
+            self.aborted_offsets.update(offsets)
         self.offset += 1
 
     def roll(self) -> BuiltSegment:
@@ -145,10 +161,11 @@ class PartitionWriter:
         builder.close()
         seg = BuiltSegment(
             self.topic, self.partition, self._base, builder.segment, builder.offset_index,
-            builder.time_index, self.offset, self._rows,
+            builder.time_index, self.offset, self._rows, aborted=self._aborted,
         )  # fmt: skip
         self.segments.append(seg)
         self._builder = None
+        self._aborted = []
         return seg
 
 
@@ -164,7 +181,7 @@ def upload_aiven(
                 prefix, seg.topic, topic_id, seg.partition, seg.base_offset, seg.segment_id, suffix
             )
 
-        indexes, ranges = build_indexes_object(seg.offset_index, seg.time_index)
+        indexes, ranges = build_indexes_object(seg.offset_index, seg.time_index, transaction=seg.txn_index)
         manifest = plain_manifest(len(seg.data), index_ranges=ranges)
         client.put_object(Bucket=bucket, Key=key("log"), Body=seg.data)
         client.put_object(Bucket=bucket, Key=key("indexes"), Body=indexes)
@@ -174,8 +191,11 @@ def upload_aiven(
 
 
 def upload_logdir(client: Any, bucket: str, prefix: str, segments: Iterable[BuiltSegment]) -> None:
-    """Store segments as a copied broker log directory (.log, .index, .timeindex)."""
+    """Store segments as a copied broker log directory (.log, .index, .timeindex, .txnindex if any)."""
     for seg in segments:
-        for suffix, body in (("log", seg.data), ("index", seg.offset_index), ("timeindex", seg.time_index)):
+        files = [("log", seg.data), ("index", seg.offset_index), ("timeindex", seg.time_index)]
+        if seg.txn_index is not None:
+            files.append(("txnindex", seg.txn_index))
+        for suffix, body in files:
             k = logdir_segment_key(prefix, seg.topic, seg.partition, seg.base_offset, suffix)
             client.put_object(Bucket=bucket, Key=k, Body=body)

@@ -74,6 +74,18 @@ def test_one_parquet_file_per_segment_with_every_record(tiered: Tiered, tmp_path
     assert doc["files"] and doc["records"] > 0 and doc["source"].startswith("s3://")
 
 
+def test_read_committed_export_leaves_out_aborted_transactions(tiered: Tiered, tmp_path: Path) -> None:
+    source = parse_read_options(tiered.options(topics="orders", isolationLevel="read_committed"))
+    summary = run_export(ExportJob(source=source, output=str(tmp_path)), say=quiet)
+    aborted = tiered.writers[("orders", 0)].aborted_offsets
+    assert aborted  # the test data holds an aborted transaction
+    segments = [s for p in (0, 1) for s in tiered.segments("orders", p)]
+    kept = [[r for r in s.rows if not (s.partition == 0 and r[0] in aborted)] for s in segments]
+    assert summary.records == sum(len(rows) for rows in kept)
+    for seg, rows in zip(segments, kept, strict=True):
+        assert file_rows(pq.read_table(tmp_path / segment_file(seg))) == rows
+
+
 def test_reruns_skip_what_is_done_and_full_reruns_write_the_same_bytes(
     tiered: Tiered, tmp_path: Path
 ) -> None:

@@ -26,6 +26,20 @@ def test_option_names_are_case_insensitive_and_spark_aliases_work() -> None:
     assert not parse_read_options({"bucket": "b", "topicPattern": "or"}).wants_topic("orders")  # full match
 
 
+def test_isolation_level_like_a_kafka_consumer() -> None:
+    assert not parse_read_options(BASE).read_committed  # read_uncommitted, the consumer default
+    assert parse_read_options({**BASE, "isolationLevel": "READ_COMMITTED"}).read_committed
+    assert parse_read_options({**BASE, "kafka.isolation.level": "read_committed"}).read_committed
+    both = {**BASE, "isolationLevel": "read_committed", "kafka.isolation.level": "read_committed"}
+    assert parse_read_options(both).read_committed
+    with pytest.raises(OptionError, match="disagree"):
+        parse_read_options(
+            {**BASE, "isolationLevel": "read_committed", "kafka.isolation.level": "read_uncommitted"}
+        )
+    with pytest.raises(OptionError, match="isolationLevel 'committed' is not one of"):
+        parse_read_options({**BASE, "isolationLevel": "committed"})
+
+
 def test_offsets_json_follows_spark() -> None:
     opts = parse_read_options(
         {

@@ -149,6 +149,69 @@ def test_logdir_layout(spark: Any, tiered: Tiered) -> None:
 
 
 @pytest.mark.seaweed
+def build_transactions() -> PartitionWriter:
+    """Transactions across segment rolls: producer 7 aborts one that began a segment before its marker."""
+    w = PartitionWriter("txns", 0, start_offset=500)
+    w.batch([(BASE_TS, b"plain", b"a", ())], codec="gzip")
+    doomed = [(BASE_TS + 1, b"p7", b"doomed-1", ()), (BASE_TS + 2, b"p7", b"doomed-2", ())]
+    w.batch(doomed, transactional=True, producer_id=7, codec="zstd")
+    w.batch([(BASE_TS + 3, b"p8", b"kept-1", ())], transactional=True, producer_id=8)
+    w.roll()
+    w.batch([(BASE_TS + 4, b"p7", b"doomed-3", ())], transactional=True, producer_id=7)
+    w.batch([(BASE_TS + 5, b"plain", b"b", ())])
+    w.marker(commit=False, producer_id=7, timestamp=BASE_TS + 6)
+    w.batch([(BASE_TS + 7, b"p8", b"kept-2", ())], transactional=True, producer_id=8, codec="lz4")
+    w.marker(commit=True, producer_id=8, timestamp=BASE_TS + 8)
+    w.batch([(BASE_TS + 9, b"p7", b"again", ())], transactional=True, producer_id=7)
+    w.marker(commit=True, producer_id=7, timestamp=BASE_TS + 10)
+    w.roll()
+    w.batch([(BASE_TS + 11, b"plain", b"c", ())], codec="snappy")
+    w.roll()
+    return w
+
+
+@pytest.mark.parametrize("layout", ["aiven", "logdir"])
+def test_read_committed_leaves_out_aborted_transactions_across_segments(
+    spark: Any, tiered: Tiered, layout: str
+) -> None:
+    w = build_transactions()
+    assert w.segments[1].aborted == [(7, 501, 506)] and not w.segments[0].aborted
+    prefix = f"txn-{layout}/"
+    if layout == "aiven":
+        upload_aiven(tiered.proxy.client(), tiered.bucket, prefix, w.segments, kafka_uuid())
+    else:
+        upload_logdir(tiered.proxy.client(), tiered.bucket, prefix, w.segments)
+    every = [r for s in w.segments for r in s.rows]
+    committed = [r for r in every if r[0] not in w.aborted_offsets]
+    assert {r[4] for r in every} - {r[4] for r in committed} == {b"doomed-1", b"doomed-2", b"doomed-3"}
+    base = {**tiered.options(topics="txns", layout=layout, includeHeaders="true"), "prefix": prefix}
+
+    def rows(**extra: str) -> list[Row]:
+        return [row for _, _, row in collect(load(spark, {**base, **extra}))]
+
+    assert rows() == every  # read_uncommitted, the default, as a Kafka consumer
+    assert rows(isolationLevel="read_committed") == committed
+    assert rows(**{"kafka.isolation.level": "read_committed"}) == committed
+    # The abort marker is in the second segment, the first records of that transaction in the first.
+    from_offset = json.dumps({"txns": {"0": 502}})
+    assert rows(isolationLevel="read_committed", startingOffsets=from_offset) == [
+        r for r in committed if r[0] >= 502
+    ]
+    # A timestamp bound reads through the slower path that sees markers; it filters the same way.
+    assert rows(isolationLevel="read_committed", startingTimestamp=str(BASE_TS + 2)) == [
+        r for r in committed if r[1] >= BASE_TS + 2
+    ]
+
+
+def test_read_committed_on_the_shared_data(spark: Any, tiered: Tiered) -> None:
+    aborted = tiered.writers[("orders", 0)].aborted_offsets
+    assert len(aborted) == 5
+    got = collect(
+        load(spark, tiered.options(topics="orders", includeHeaders="true", isolationLevel="read_committed"))
+    )
+    assert got == [(t, p, r) for t, p, r in tiered.rows("orders") if not (p == 0 and r[0] in aborted)]
+
+
 def test_direct_reads_from_the_backend_with_the_key_ring(spark: Any, tiered_weed: WeedTiered) -> None:
     weed = tiered_weed.weed
     # The backend holds encrypted, compressed objects, not segments:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from awscrt.checksums import crc32c
 
 from .codecs import CODEC_NONE, compress
-from .indexes import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
+from .indexes import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY, TXN_INDEX_ENTRY
 from .records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -262,6 +262,13 @@ class SegmentBuilder:
     @property
     def time_index(self) -> bytes:
         return encode_time_index(self.time_entries, self.base_offset)
+
+
+def encode_txn_index(aborted: Iterable[tuple[int, int, int]]) -> bytes:
+    """A ``.txnindex`` from (producer id, first offset, abort marker offset) entries."""
+    # The last stable offset is written as the one after the marker: what a broker records when no
+    # other transaction was open at the abort.
+    return b"".join(TXN_INDEX_ENTRY.pack(0, p, first, last, last + 1) for p, first, last in aborted)
 
 
 def build_indexes_object(

@@ -8,6 +8,11 @@ holds smaller ones.
 ``.timeindex`` (time index): 12-byte entries ``timestamp int64, relative offset int32``: the largest
 timestamp seen so far and the last offset of the batch that carried it; both only grow.
 
+``.txnindex`` (transaction index): 34-byte entries ``version int16 (0), producer id int64, first
+offset int64, last offset int64, last stable offset int64``, one per transaction aborted in the
+segment: the first offset of the transaction and the offset of its abort marker, both absolute. A
+segment with no aborted transaction has no transaction index at all.
+
 Offsets are relative to the segment's base offset (its file name). A file copied from a live broker
 may still be preallocated: its unused tail is zeros, and reading stops at the first all-zero entry
 after the first one.
@@ -17,12 +22,26 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from .errors import CorruptRecordError
 
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")
+TXN_INDEX_ENTRY = struct.Struct(">hqqqq")
+TXN_INDEX_VERSION = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """One aborted transaction of a partition: its producer and its offsets, marker included."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the abort marker's offset
+    last_stable_offset: int = -1
 
 
 def parse_offset_index(
@@ -65,6 +84,68 @@ def parse_time_index(
         entries.append((timestamp, base_offset + relative))
         last_timestamp, last_relative = timestamp, relative
     return entries
+
+
+def parse_txn_index(data: bytes | bytearray | memoryview, *, object_name: str = "") -> list[AbortedTxn]:
+    """The aborted transactions a transaction index lists, in the order their markers were written."""
+    view = _whole_entries(data, TXN_INDEX_ENTRY.size, object_name)
+    entries: list[AbortedTxn] = []
+    for number, (version, producer_id, first, last, stable) in enumerate(TXN_INDEX_ENTRY.iter_unpack(view)):
+        where = number * TXN_INDEX_ENTRY.size
+        if version != TXN_INDEX_VERSION:
+            raise CorruptRecordError(
+                object_name, where, f"transaction index entry version {version}, expected 0"
+            )
+        if not 0 <= first <= last:
+            raise CorruptRecordError(
+                object_name, where, f"aborted transaction of producer {producer_id} spans {first}..{last}"
+            )
+        entries.append(AbortedTxn(producer_id, first, last, stable))
+    return entries
+
+
+class AbortedRanges:
+    """The aborted transactions of a partition, asked per batch: is this transactional batch aborted?
+
+    A producer has at most one transaction open at a time, so its aborted transactions never overlap:
+    a transactional batch of producer P at offset o is aborted exactly when one of P's aborted
+    transactions spans o. That is how a read_committed consumer filters, given the same list.
+    """
+
+    def __init__(self, txns: Iterable[AbortedTxn | tuple[int, int, int]]) -> None:
+        spans: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
+        for txn in txns:
+            producer, first, last = (
+                (txn.producer_id, txn.first_offset, txn.last_offset) if isinstance(txn, AbortedTxn) else txn
+            )
+            spans[producer].add((first, last))
+        self._spans = {p: sorted(s) for p, s in spans.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._spans)
+
+    def covers(self, producer_id: int, offset: int) -> bool:
+        """Whether ``offset`` of ``producer_id`` lies in one of its aborted transactions."""
+        spans = self._spans.get(producer_id)
+        if not spans:
+            return False
+        found = bisect.bisect_right(spans, offset, key=_first) - 1
+        return found >= 0 and spans[found][1] >= offset
+
+
+def aborted_overlapping(
+    txns: Iterable[AbortedTxn], first_offset: int, last_offset: int | None
+) -> tuple[tuple[int, int, int], ...]:
+    """(producer, first, last) of the transactions that touch offsets first_offset..last_offset."""
+    return tuple(
+        sorted(
+            {
+                (t.producer_id, t.first_offset, t.last_offset)
+                for t in txns
+                if t.last_offset >= first_offset and (last_offset is None or t.first_offset <= last_offset)
+            }
+        )
+    )
 
 
 def lookup_position(entries: Sequence[tuple[int, int]], target_offset: int) -> int:

@@ -80,6 +80,7 @@ class SegmentObject:
     time_index_key: str | None = None
     manifest_key: str | None = None
     indexes_key: str | None = None  # Aiven: the object holding all indexes, located by the manifest
+    txn_index_key: str | None = None  # ``.txnindex`` (log directory, older plugins): only where one aborted
 
 
 def parse_segment_key(key: str, prefix: str = "") -> SegmentObject | None:
@@ -111,6 +112,7 @@ def group_segments(keys: Iterable[str], prefix: str = "") -> list[SegmentObject]
                 indexes_key=_if_present(stem + ".indexes", present)
                 if segment.layout == LAYOUT_AIVEN
                 else None,
+                txn_index_key=_if_present(stem + ".txnindex", present),
             )
         )
     segments.sort(key=lambda s: (s.topic, s.partition, s.base_offset, s.layout, s.key))
@@ -186,6 +188,7 @@ def _parse(key: str, prefix: str) -> tuple[SegmentObject, str] | None:
             layout=LAYOUT_LOGDIR,
             offset_index_key=stem + ".index",
             time_index_key=stem + ".timeindex",
+            txn_index_key=stem + ".txnindex",
         )
         return segment, match["suffix"]
     return None

@@ -33,6 +33,7 @@ from awscrt.checksums import crc32c
 
 from .codecs import CODEC_NAMES, CODEC_NONE, CodecDataError, decompress
 from .errors import CorruptRecordError
+from .indexes import AbortedRanges
 
 # One struct for the whole 61-byte header; field positions named for single-field reads.
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -140,6 +141,7 @@ class DecodeStats:
     records: int = 0  # records handed out
     control_batches: int = 0
     corrupt_batches: int = 0  # corrupt stretches skipped with skip_corrupt
+    aborted_records: int = 0  # records of aborted transactions left out (``aborted`` given)
     bytes: int = 0  # bytes of the intact batches walked
 
 
@@ -189,6 +191,7 @@ def iter_records(
     include_control: bool = False,
     verify_crc: bool = True,
     base_position: int = 0,
+    aborted: AbortedRanges | None = None,
 ) -> Iterator[Record]:
     """Decode every record of a segment, in offset order.
 
@@ -196,10 +199,13 @@ def iter_records(
     wholly outside that range are never decompressed. Control batches (transaction markers) are skipped
     and counted unless ``include_control``, which yields their records too (key: version int16 + type
     int16, 0 abort / 1 commit). A corrupt batch raises CorruptRecordError, or with ``skip_corrupt`` is
-    counted in ``stats.corrupt_batches`` and skipped. Other arguments as for :func:`iter_batches`.
+    counted in ``stats.corrupt_batches`` and skipped. With ``aborted`` (the partition's aborted
+    transactions), the records of aborted transactions are left out too, as a read_committed consumer
+    leaves them out, and counted in ``stats.aborted_records``. Other arguments as for
+    :func:`iter_batches`.
     """
     walker = _Walker(segment, object_name, base_position, verify_crc, skip_corrupt, allow_partial_tail, stats)
-    return walker.records(Record, start_position, min_offset, max_offset, include_control)
+    return walker.records(Record, start_position, min_offset, max_offset, include_control, aborted)
 
 
 def iter_rows(
@@ -215,10 +221,11 @@ def iter_rows(
     include_control: bool = False,
     verify_crc: bool = True,
     base_position: int = 0,
+    aborted: AbortedRanges | None = None,
 ) -> Iterator[RecordRow]:
     """Like :func:`iter_records`, but each record is a plain tuple in Record's field order (faster)."""
     walker = _Walker(segment, object_name, base_position, verify_crc, skip_corrupt, allow_partial_tail, stats)
-    return walker.records(None, start_position, min_offset, max_offset, include_control)
+    return walker.records(None, start_position, min_offset, max_offset, include_control, aborted)
 
 
 def decode_batch(
@@ -236,6 +243,23 @@ def decode_batch(
     except _Corrupt as exc:
         raise CorruptRecordError(object_name, base_position + position, str(exc)) from None
     return header, walker.decode(header, Record, _MIN_OFFSET, _MAX_OFFSET)
+
+
+def is_aborted(header: BatchHeader, aborted: AbortedRanges) -> bool:
+    """Whether a batch holds records of an aborted transaction (never true of a control batch)."""
+    return (
+        header.is_transactional
+        and not header.is_control
+        and aborted.covers(header.producer_id, header.base_offset)
+    )
+
+
+def _in_range(header: BatchHeader, low: int, high: int) -> int:
+    # Records of the batch with offsets in [low, high]: exact for a batch wholly inside, else counted
+    # as if its offsets were dense (an upper bound for a compacted batch).
+    if low <= header.base_offset and header.last_offset <= high:
+        return header.records_count
+    return max(0, min(header.last_offset, high) - max(header.base_offset, low) + 1)
 
 
 _MIN_OFFSET = -(1 << 63)
@@ -290,6 +314,7 @@ class _Walker:
         min_offset: int | None,
         max_offset: int | None,
         include_control: bool,
+        aborted: AbortedRanges | None = None,
     ) -> Iterator[Any]:
         stats = self.stats
         low = _MIN_OFFSET if min_offset is None else min_offset
@@ -303,6 +328,9 @@ class _Walker:
                 continue
             if header.base_offset > high:
                 return  # offsets only grow along a segment
+            if aborted and is_aborted(header, aborted):
+                stats.aborted_records += _in_range(header, low, high)
+                continue
             try:
                 records = self.decode(header, make, low, high)
             except CorruptRecordError:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tsproxy import errors
-from tsproxy.kafka.indexes import parse_offset_index, parse_time_index
+from tsproxy.kafka.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from tsproxy.kafka.layout import LAYOUT_AIVEN, SegmentObject, group_segments, parse_rsm_manifest
 from tsproxy.kafka.manifest import IndexRange
 
@@ -24,6 +24,7 @@ from .planning import (
     NEEDS_NONE,
     Indexes,
     Piece,
+    PlanError,
     Segment,
     index_needs,
     order_segments,
@@ -94,6 +95,61 @@ def load_indexes(bucket: Bucket, listed: ListedSegment, need: int) -> Indexes:
     )
 
 
+def load_aborted(bucket: Bucket, listed: ListedSegment) -> list[AbortedTxn]:
+    """The transactions aborted in a segment, from its transaction index ([] when it has none).
+
+    A read_committed read cannot do without them, so an index that vanished is an error here.
+    """
+    obj = listed.obj
+    try:
+        if obj.manifest_key is not None:
+            manifest = parse_rsm_manifest(
+                bucket.read(obj.manifest_key), object_name=bucket.uri(obj.manifest_key)
+            )
+            if manifest.segment_indexes is not None:
+                found = manifest.index("transaction")
+                if found is None or found.size == 0:
+                    return []
+                if obj.indexes_key is None:
+                    raise PlanError(f"{bucket.uri(obj.key)}: the .indexes object is missing")
+                data = bucket.read(obj.indexes_key, found.position, found.position + found.size)
+                return parse_txn_index(data, object_name=bucket.uri(obj.indexes_key))
+        if obj.txn_index_key is None:
+            return []
+        return parse_txn_index(bucket.read(obj.txn_index_key), object_name=bucket.uri(obj.txn_index_key))
+    except errors.NoSuchKey as exc:
+        raise PlanError(
+            f"{bucket.uri(obj.key)}: an index object vanished while planning, so its aborted "
+            f"transactions are unknown ({exc})"
+        ) from None
+
+
+def aborted_transactions(
+    bucket: Bucket,
+    found: Mapping[tuple[str, int], list[ListedSegment]],
+    starts: Mapping[tuple[str, int], Bound] | None = None,
+) -> dict[tuple[str, int], list[AbortedTxn]]:
+    """Each partition's aborted transactions, from the transaction indexes of its segments.
+
+    An aborted transaction is listed in the segment holding its abort marker, which is the segment of
+    its first records or a later one, so only segments from the first one read on (by ``starts``, an
+    offset bound per partition) are looked at.
+    """
+    wanted: list[tuple[tuple[str, int], ListedSegment]] = []
+    for tp, listed in found.items():
+        by_key = {s.obj.key: s for s in listed}
+        start = (starts or {}).get(tp)
+        for seg, upper in order_segments([s.segment for s in listed]):
+            if start is None or not start.is_offset or upper is None or upper >= start.value:
+                wanted.append((tp, by_key[seg.key]))
+    result: dict[tuple[str, int], list[AbortedTxn]] = {tp: [] for tp in found}
+    with ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="tsproxy-txnindex") as pool:
+        loads = pool.map(lambda job: load_aborted(bucket, job[1]), wanted)
+        for (tp, _), txns in zip(wanted, loads, strict=True):
+            result[tp] += txns
+    return result
+
+
 def _read_index(bucket: Bucket, key: str | None) -> bytes | None:
     return None if key is None else bucket.read(key)
 
@@ -157,8 +213,14 @@ def plan_read(bucket: Bucket, options: ReadOptions) -> list[Piece]:
                 strict=True,
             )
         )
+    aborted = (
+        aborted_transactions(bucket, found, {tp: start for tp, (start, _) in bounds.items()})
+        if options.read_committed
+        else {}
+    )
     pieces: list[Piece] = []
     for tp in sorted(found):
         start, end = bounds[tp]
-        pieces += plan_partition([s.segment for s in found[tp]], start, end, loaded, target)
+        segments = [s.segment for s in found[tp]]
+        pieces += plan_partition(segments, start, end, loaded, target, aborted.get(tp))
     return pieces

@@ -45,6 +45,13 @@ def add_export_arguments(p: argparse.ArgumentParser, *, with_master: bool = True
     src.add_argument(
         "--skip-corrupt", action="store_true", help="skip corrupt record batches instead of failing"
     )
+    src.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed leaves out the records of aborted transactions (default read_uncommitted, "
+        "like a Kafka consumer)",
+    )
     out = p.add_argument_group("output")
     out.add_argument(
         "--output", required=True, help="a directory (local or cluster filesystem) or s3://bucket/prefix"
@@ -92,7 +99,7 @@ def job_from_args(args: argparse.Namespace) -> ExportJob:
         "bucket": args.bucket, "prefix": args.prefix, "layout": args.layout, "region": args.region,
         "skipCorrupt": str(args.skip_corrupt), "endpoint": args.endpoint, "topics": args.topics,
         "topicPattern": args.topic_pattern, "accessKey": args.access_key, "secretKey": args.secret_key,
-        "keyRing": args.key_ring,
+        "keyRing": args.key_ring, "isolationLevel": args.isolation_level,
     }  # fmt: skip
     source = {name: value for name, value in given.items() if value is not None}
     read = parse_read_options(source)

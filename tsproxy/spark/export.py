@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -35,11 +35,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tsproxy.kafka.indexes import aborted_overlapping
 from tsproxy.kafka.records import DecodeStats
 
 from .arrow import arrow_schema
 from .bucket import Bucket
-from .catalog import list_segments
+from .catalog import aborted_transactions, list_segments
 from .options import PARTITION_BY, OptionError, ReadOptions, StoreOptions
 from .output import Output, open_output
 from .planning import Piece, order_segments
@@ -84,6 +85,7 @@ class SegmentTask:
     size: int
     min_offset: int | None = None
     max_offset: int | None = None
+    aborted: tuple[tuple[int, int, int], ...] = ()  # read_committed: see planning.Piece
 
     @property
     def stem(self) -> str:
@@ -179,20 +181,23 @@ def plan_export(job: ExportJob, bucket: Bucket, output: Output) -> tuple[list[Se
     """The segments to export (largest first, for an even spread) and how many were skipped as done."""
     found = list_segments(bucket, job.source)
     done = read_markers(output) if job.incremental else {}
+    aborted = aborted_transactions(bucket, found) if job.source.read_committed else {}
     tasks: list[SegmentTask] = []
     skipped = 0
     for (topic, partition), listed in sorted(found.items()):
         exported = done.get((topic, partition), {})
         covered = sorted((_stem_offset(stem), nxt) for stem, nxt in exported.items())
+        txns = aborted.get((topic, partition), [])
         for seg, upper in order_segments([s.segment for s in listed]):
-            task = SegmentTask(seg.key, topic, partition, seg.base_offset, seg.size, None, upper)
+            touching = aborted_overlapping(txns, seg.base_offset, upper)
+            task = SegmentTask(seg.key, topic, partition, seg.base_offset, seg.size, None, upper, touching)
             if task.stem in exported:
                 skipped += 1
                 continue
             # An earlier export may already hold the start of this segment's offsets.
             reached = max((nxt for base, nxt in covered if base < seg.base_offset), default=seg.base_offset)
             if reached > seg.base_offset:
-                task = SegmentTask(seg.key, topic, partition, seg.base_offset, seg.size, reached, upper)
+                task = replace(task, min_offset=reached)
             tasks.append(task)
     tasks.sort(key=lambda t: (-t.size, t.key))
     return tasks, skipped
@@ -270,7 +275,7 @@ def export_segment(job: ExportJob, task: SegmentTask) -> SegmentResult:
     schema = arrow_schema(include_headers=True, timestamp_unit="ms")
     piece = Piece(
         task.key, task.topic, task.partition, task.base_offset, task.size,
-        min_offset=task.min_offset, max_offset=task.max_offset,
+        min_offset=task.min_offset, max_offset=task.max_offset, aborted=task.aborted,
     )  # fmt: skip
     stats = DecodeStats()
     files: dict[str, _ParquetFile] = {}

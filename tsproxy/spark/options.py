@@ -105,6 +105,7 @@ class ReadOptions:
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES
     min_partitions: int | None = None
     skip_corrupt: bool = False
+    read_committed: bool = False  # leave out the records of aborted transactions
 
     def wants_topic(self, topic: str) -> bool:
         """Whether a topic found in the listing is one the read subscribes to."""
@@ -119,7 +120,9 @@ _KNOWN = {
     "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "includeheaders", "endpoint", "bucket", "prefix", "layout", "accesskey", "secretkey", "region",
     "keyring", "pathstyle", "maxbytesperpartition", "minpartitions", "skipcorrupt", "path",
+    "isolationlevel", "kafka.isolation.level",
 }  # fmt: skip
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 def parse_read_options(raw: Mapping[str, str]) -> ReadOptions:
@@ -147,7 +150,25 @@ def parse_read_options(raw: Mapping[str, str]) -> ReadOptions:
         max_bytes_per_partition=_parse_size(opts.get("maxbytesperpartition"), "maxBytesPerPartition"),
         min_partitions=None if min_partitions is None else _positive(min_partitions, "minPartitions"),
         skip_corrupt=parse_bool(opts.get("skipcorrupt", "false"), "skipCorrupt"),
+        read_committed=_parse_isolation(opts) == "read_committed",
     )
+
+
+def _parse_isolation(opts: Mapping[str, str]) -> str:
+    # `kafka.isolation.level` is how Spark's Kafka source takes it (a consumer setting passed through).
+    given = {
+        name: opts[name].strip().lower()
+        for name in ("isolationlevel", "kafka.isolation.level")
+        if name in opts
+    }
+    if len(set(given.values())) > 1:
+        raise OptionError("tiered-kafka: 'isolationLevel' and 'kafka.isolation.level' disagree")
+    level = next(iter(given.values()), "read_uncommitted")
+    if level not in ISOLATION_LEVELS:
+        raise OptionError(
+            f"tiered-kafka: isolationLevel {level!r} is not one of {', '.join(ISOLATION_LEVELS)}"
+        )
+    return level
 
 
 def parse_store_options(opts: Mapping[str, str]) -> StoreOptions:

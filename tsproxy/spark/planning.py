@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tsproxy.errors import FormatError
+from tsproxy.kafka.indexes import AbortedTxn, aborted_overlapping
 
 from .options import Bound
 
@@ -85,6 +86,9 @@ class Piece:
     max_offset: int | None = None
     skip_until_ts: int | None = None
     stop_at_ts: int | None = None
+    # (producer id, first offset, marker offset) of the aborted transactions touching this piece's
+    # offsets, when the read is read_committed: their records are left out.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def length_hint(self) -> int:
@@ -162,12 +166,14 @@ def plan_partition(
     end: Bound,
     indexes: Mapping[str, Indexes],
     target_bytes: int,
+    aborted: Sequence[AbortedTxn] | None = None,
 ) -> list[Piece]:
     """Pieces for one topic-partition, in offset order.
 
     `indexes` holds, by segment key, what `index_needs` asked for (a missing entry counts as no index:
     the segment is then read whole and filtered record by record). PlanError when a timestamp bound
-    meets a segment without a time index.
+    meets a segment without a time index. `aborted` (read_committed) is the partition's aborted
+    transactions; each piece gets those that touch its segment's offsets.
     """
     ordered = order_segments(segments)
     if start.is_timestamp and end.is_timestamp and end.value <= start.value:
@@ -189,7 +195,7 @@ def plan_partition(
         if not _offsets_overlap(seg, upper, start, end):
             continue
         ix = indexes.get(seg.key, Indexes())
-        pieces += _plan_segment(
+        planned = _plan_segment(
             seg,
             upper,
             ix,
@@ -199,6 +205,10 @@ def plan_partition(
             start_ts=start.value if i == start_cross else None,
             end_ts=end.value if i == end_cross else None,
         )
+        if aborted:
+            touching = aborted_overlapping(aborted, seg.base_offset, upper)
+            planned = [replace(p, aborted=touching) for p in planned]
+        pieces += planned
     return pieces
 
 

@@ -16,12 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tsproxy.kafka.errors import CorruptRecordError
+from tsproxy.kafka.indexes import AbortedRanges
 from tsproxy.kafka.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     DecodeStats,
     RecordRow,
     decode_batch,
+    is_aborted,
     iter_batches,
     iter_rows,
 )
@@ -75,9 +77,15 @@ class _TimeFilter:
 
 
 def _with_markers(
-    data: bytes, position: int, name: str, skip_corrupt: bool, stats: DecodeStats
+    data: bytes,
+    position: int,
+    name: str,
+    skip_corrupt: bool,
+    stats: DecodeStats,
+    aborted: AbortedRanges | None = None,
 ) -> Iterator[tuple[RecordRow, bool]]:
-    """Every record of whole batches, transaction markers included and flagged (the slower path)."""
+    """Every record of whole batches, flagged when it is not to be returned: transaction markers and
+    (with ``aborted``) records of aborted transactions. The slower path."""
     for header in iter_batches(
         data, object_name=name, base_position=position, skip_corrupt=skip_corrupt, stats=stats
     ):
@@ -92,8 +100,9 @@ def _with_markers(
             continue
         if header.is_control:
             stats.control_batches += 1
+        hidden = header.is_control or bool(aborted and is_aborted(header, aborted))
         for r in records:
-            yield (r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers), header.is_control
+            yield (r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers), hidden
 
 
 def whole_batches(buf: bytes | bytearray | memoryview) -> tuple[int, str | None]:
@@ -119,13 +128,14 @@ def piece_rows(
     stats = stats if stats is not None else DecodeStats()
     times = _TimeFilter(piece.skip_until_ts, piece.stop_at_ts, piece.min_offset, piece.max_offset)
     name = bucket.uri(piece.key)
+    aborted = AbortedRanges(piece.aborted) if piece.aborted else None
     buf = bytearray()
     buf_pos = piece.first  # object position of buf[0]
 
     def decode(data: bytes, position: int) -> list[RecordRow]:
         if piece.skip_until_ts is not None or piece.stop_at_ts is not None:
             # At most two pieces of a partition hold a timestamp bound: they take the slower path.
-            kept = times.apply(_with_markers(data, position, name, skip_corrupt, stats))
+            kept = times.apply(_with_markers(data, position, name, skip_corrupt, stats, aborted))
             stats.records += len(kept)
             return kept
         return list(
@@ -137,6 +147,7 @@ def piece_rows(
                 max_offset=piece.max_offset,
                 skip_corrupt=skip_corrupt,
                 stats=stats,
+                aborted=aborted,
             )
         )
 
