@@ -12,10 +12,20 @@ from hypothesis import strategies as st
 from kafka_helpers import T0, sample_records
 
 from tsproxy.errors import FormatError
+from tsproxy.kafka import codecs
 from tsproxy.kafka.builder import assemble_batch, build_batch, encode_varint
-from tsproxy.kafka.codecs import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD
+from tsproxy.kafka.codecs import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    CodecDataError,
+    compress,
+    decompress,
+)
 from tsproxy.kafka.errors import CorruptRecordError
-from tsproxy.kafka.records import DecodeStats, decode_batch, iter_records
+from tsproxy.kafka.records import DecodeStats, Record, decode_batch, iter_records
 
 NAME = "orders-0/00000000000000000000.log"
 
@@ -285,3 +295,44 @@ def test_arbitrary_bytes_give_records_or_a_corrupt_record_error(blob: bytes) -> 
     except CorruptRecordError:
         pass
     list(iter_records(blob, skip_corrupt=True, allow_partial_tail=True))
+
+
+@pytest.mark.parametrize(
+    ("codec", "xerial"),
+    [(CODEC_GZIP, True), (CODEC_SNAPPY, True), (CODEC_SNAPPY, False), (CODEC_LZ4, True), (CODEC_ZSTD, True)],
+    ids=["gzip", "snappy-xerial", "snappy-raw", "lz4", "zstd"],
+)
+def test_a_body_that_expands_past_the_limit_is_refused(codec: int, xerial: bool) -> None:
+    # Zeros compress by a factor of hundreds to thousands: the shape of a decompression bomb.
+    raw = b"\0" * (3 << 20) + b"end"
+    body = compress(codec, raw, snappy_xerial=xerial)
+    assert len(body) < len(raw) // 20
+    assert decompress(codec, body, limit=len(raw)) == raw
+    with pytest.raises(CodecDataError, match=f"more than {len(raw) - 1} bytes"):
+        decompress(codec, body, limit=len(raw) - 1)
+    # Concatenated frames (or xerial blocks) count together, and truncation is still truncation.
+    if codec != CODEC_SNAPPY:
+        assert decompress(codec, body + body, limit=2 * len(raw)) == raw + raw
+        with pytest.raises(CodecDataError, match="more than"):
+            decompress(codec, body + body, limit=2 * len(raw) - 1)
+        with pytest.raises(CodecDataError):
+            decompress(codec, body[:-4])
+
+
+def test_a_batch_past_the_decompressed_limit_is_corrupt_and_skippable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    small = build_batch(sample_records(3, 0), codec=CODEC_ZSTD)
+    bomb = build_batch(
+        [Record(3, T0, 0, b"k", b"\0" * 200_000, ()), Record(4, T0, 0, None, b"\0" * 200_000, ())],
+        codec=CODEC_ZSTD,
+    )
+    tail = build_batch(sample_records(2, 5, seed=1), codec=CODEC_GZIP)
+    segment = small + bomb + tail
+    assert len(list(iter_records(segment))) == 7  # within the default limit: fine
+    monkeypatch.setattr(codecs, "MAX_DECOMPRESSED", 100_000)
+    err = corrupt_error(segment)
+    assert err.offset == len(small) and "decompresses to more than 100000 bytes" in err.reason
+    stats = DecodeStats()
+    assert [r.offset for r in iter_records(segment, skip_corrupt=True, stats=stats)] == [0, 1, 2, 5, 6]
+    assert stats.corrupt_batches == 1

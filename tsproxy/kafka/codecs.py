@@ -5,12 +5,19 @@ decompressor consumes its whole input and rejects truncated or trailing data, be
 exactly one compressed stream. zstd frames written by Kafka's streaming encoder carry no content size,
 so zstd is always decoded as a stream. The optional libraries (snappy, lz4) load on first use and a
 missing one is a :class:`CodecUnavailableError`, not a corrupt batch.
+
+Output is bounded: a body that would decompress to more than ``limit`` bytes (MAX_DECOMPRESSED by
+default) is refused as bad data before much more than the limit is ever held, so a hostile or
+mangled batch with a valid CRC cannot exhaust a reader's memory. gzip stops at the limit;
+snappy is checked from the sizes its blocks declare; zstd and lz4 are fed in slices small enough that
+one slice cannot expand far past it.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import zstandard
@@ -40,22 +47,33 @@ _INT32 = struct.Struct(">i")
 # gzip only (wbits 16 + 15): a Kafka gzip body is a gzip member stream, never a raw zlib stream.
 _GZIP_WBITS = 31
 
+# No batch a Kafka producer writes comes near this once decompressed (a broker refuses batches over
+# message.max.bytes, 1 MiB by default, before they are ever compressed this well).
+MAX_DECOMPRESSED = 256 << 20
+# Input per call of a streaming decoder, so that one call cannot expand far past the limit: a zstd
+# block of 4 bytes can expand to 128 KiB (32768 times, so 128 MiB for 4 KiB), an lz4 sequence at most
+# about 255 times (16 MiB for 64 KiB).
+_ZSTD_SLICE = 4096
+_LZ4_SLICE = 64 << 10
+
 
 class CodecDataError(ValueError):
     """Compressed data is malformed, truncated or followed by stray bytes."""
 
 
-def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Decompress a batch body written with ``codec``; raises CodecDataError on bad data."""
+def decompress(codec: int, data: bytes | bytearray | memoryview, limit: int | None = None) -> bytes:
+    """Decompress a batch body written with ``codec``; CodecDataError on bad data or more than ``limit``
+    (default MAX_DECOMPRESSED) bytes of output."""
+    limit = MAX_DECOMPRESSED if limit is None else limit
     try:
         if codec == CODEC_GZIP:
-            return _gunzip(data)
+            return _gunzip(data, limit)
         if codec == CODEC_SNAPPY:
-            return _unsnappy(data)
+            return _unsnappy(data, limit)
         if codec == CODEC_LZ4:
-            return _unlz4(data)
+            return _unlz4(data, limit)
         if codec == CODEC_ZSTD:
-            return _unzstd(data)
+            return _unzstd(data, limit)
     except (CodecDataError, CodecUnavailableError):
         raise
     except Exception as exc:  # each library has its own error types; all mean "bad data" here
@@ -90,12 +108,25 @@ def compress(codec: int, data: bytes, *, snappy_xerial: bool = True) -> bytes:
     raise ValueError(f"cannot compress with codec {codec}")
 
 
-def _gunzip(data: bytes | bytearray | memoryview) -> bytes:
-    out = []
+def _too_big(limit: int) -> CodecDataError:
+    return CodecDataError(f"decompresses to more than {limit} bytes (the limit for one batch)")
+
+
+def _gunzip(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
     rest: Any = data
     while True:
         unpacker = zlib.decompressobj(_GZIP_WBITS)
-        out.append(unpacker.decompress(rest))
+        while True:
+            piece = unpacker.decompress(rest, limit - total + 1)
+            total += len(piece)
+            if total > limit:
+                raise _too_big(limit)
+            out.append(piece)
+            rest = unpacker.unconsumed_tail
+            if unpacker.eof or not rest:
+                break
         if not unpacker.eof:
             raise CodecDataError("gzip stream is truncated")
         rest = unpacker.unused_data
@@ -103,13 +134,15 @@ def _gunzip(data: bytes | bytearray | memoryview) -> bytes:
             return b"".join(out)
 
 
-def _unsnappy(data: bytes | bytearray | memoryview) -> bytes:
-    raw = _snappy_module().decompress_raw
+def _unsnappy(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    snappy = _snappy_module()
     view = memoryview(data)
     if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-        return bytes(raw(view))
+        if snappy.decompress_raw_len(view) > limit:
+            raise _too_big(limit)
+        return bytes(snappy.decompress_raw(view))
     # The version fields are not checked: some producers write them little-endian.
-    pos, end, out = len(XERIAL_HEADER), len(view), []
+    pos, end, out, total = len(XERIAL_HEADER), len(view), [], 0
     while pos < end:
         if end - pos < 4:
             raise CodecDataError(f"xerial snappy block header truncated at {pos}")
@@ -117,39 +150,53 @@ def _unsnappy(data: bytes | bytearray | memoryview) -> bytes:
         pos += 4
         if size < 0 or pos + size > end:
             raise CodecDataError(f"xerial snappy block of {size} bytes at {pos - 4} overruns the data")
-        out.append(bytes(raw(view[pos : pos + size])))
+        block = view[pos : pos + size]
+        total += snappy.decompress_raw_len(block)
+        if total > limit:
+            raise _too_big(limit)
+        out.append(bytes(snappy.decompress_raw(block)))
         pos += size
     return b"".join(out)
 
 
-def _unlz4(data: bytes | bytearray | memoryview) -> bytes:
+def _unlz4(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     lz4_frame = _lz4_frame()
     if lz4_frame is None:
-        return bytes(_cramjam().lz4.decompress(data))
-    out = []
-    rest: Any = data
-    while True:
-        unpacker = lz4_frame.LZ4FrameDecompressor()
-        out.append(unpacker.decompress(rest))
-        if not unpacker.eof:
-            raise CodecDataError("lz4 frame is truncated")
-        rest = unpacker.unused_data
-        if not rest:
-            return b"".join(out)
+        whole = bytes(_cramjam().lz4.decompress(data))  # no streaming API: checked afterwards
+        if len(whole) > limit:
+            raise _too_big(limit)
+        return whole
+    return _sliced(data, limit, lz4_frame.LZ4FrameDecompressor, _LZ4_SLICE, "lz4 frame")
 
 
-def _unzstd(data: bytes | bytearray | memoryview) -> bytes:
-    out = []
-    rest: Any = data
+def _unzstd(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     decompressor = zstandard.ZstdDecompressor()  # not thread-safe, so one per call
+    return _sliced(data, limit, decompressor.decompressobj, _ZSTD_SLICE, "zstd frame")
+
+
+def _sliced(
+    data: bytes | bytearray | memoryview, limit: int, new: Callable[[], Any], step: int, what: str
+) -> bytes:
+    """Decode concatenated frames with a streaming decoder fed ``step`` bytes at a time."""
+    out: list[bytes] = []
+    total = 0
+    view = memoryview(data).cast("B")
     while True:
-        unpacker = decompressor.decompressobj()
-        out.append(unpacker.decompress(rest))
+        unpacker = new()
+        pos = 0
+        while pos < len(view) and not unpacker.eof:
+            piece = unpacker.decompress(view[pos : pos + step])
+            pos += step
+            total += len(piece)
+            if total > limit:
+                raise _too_big(limit)
+            out.append(piece)
         if not unpacker.eof:
-            raise CodecDataError("zstd frame is truncated")
-        rest = unpacker.unused_data
+            raise CodecDataError(f"{what} is truncated")
+        rest = (unpacker.unused_data or b"") + view[pos:].tobytes()  # another frame, or stray bytes
         if not rest:
             return b"".join(out)
+        view = memoryview(rest)
 
 
 def _cramjam() -> Any:
