@@ -69,3 +69,52 @@ def test_verify_on_a_standalone_cluster(tmp_path: Path) -> None:
     assert "CORRUPT: bad" in done.stdout
     assert json.loads((out / "summary.json").read_text())["counts"] == {"ok": 1, "corrupt": 1}
     assert list((tmp_path / "spark" / "work").glob("app-*/*/stderr")), "no executor ran on the worker"
+
+
+def test_key_rotation_and_inventory_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """rewrap, verify and inventory submitted to a real standalone master: rotate, drop the old key,
+    everything still reads (and the damaged object is still found), and inventory sees only the new key."""
+    import pyarrow.parquet as pq
+
+    from tests.spark.standalone import StandaloneCluster
+
+    ring_path = tmp_path / "ring.json"
+    ring = KeyRing.new(key_id="kek-a")
+    ring.save(ring_path)
+    asyncio.run(_seed(tmp_path / "store", ring))
+    ring.add(key_id="kek-b")
+    ring.activate("kek-b")
+    ring.save(ring_path)
+    common = [
+        "--bucket",
+        "submitted",
+        "--backend",
+        f"file://{tmp_path / 'store'}",
+        "--key-ring",
+        str(ring_path),
+    ]
+
+    def run(cluster: StandaloneCluster, job: str, out: Path) -> subprocess.CompletedProcess[str]:
+        return cluster.submit([tsproxy.jobs.cli.__file__, job, *common, "--output", str(out)])
+
+    with StandaloneCluster.start(tmp_path / "spark") as cluster:
+        rewrap = run(cluster, "rewrap", tmp_path / "rewrap")
+        assert rewrap.returncode == 0, f"{rewrap.stdout[-3000:]}\n{rewrap.stderr[-3000:]}\n{cluster.logs()}"
+        assert f"on {cluster.master_url}" in rewrap.stdout
+        rewrapped = json.loads((tmp_path / "rewrap" / "summary.json").read_text())
+        assert rewrapped["counts"] == {"rewrapped": 2}, rewrapped
+        ring.remove("kek-a")
+        ring.save(ring_path)
+        verify = run(cluster, "verify", tmp_path / "verify")
+        assert verify.returncode == 1, f"{verify.stdout[-3000:]}\n{cluster.logs()}"
+        assert json.loads((tmp_path / "verify" / "summary.json").read_text())["counts"] == {
+            "ok": 1,
+            "corrupt": 1,
+        }
+        inventory = run(cluster, "inventory", tmp_path / "inventory")
+        assert inventory.returncode == 0, f"{inventory.stdout[-3000:]}\n{cluster.logs()}"
+    keks = {
+        r["kek_id"]: r["objects"] for r in pq.read_table(tmp_path / "inventory" / "keks.parquet").to_pylist()
+    }
+    assert keks == {"kek-b": 2}
+    assert (tmp_path / "inventory" / "report.html").stat().st_size > 0
