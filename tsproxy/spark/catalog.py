@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tsproxy import errors
 from tsproxy.kafka.indexes import AbortedTxn, parse_offset_index, parse_time_index, parse_txn_index
 from tsproxy.kafka.layout import LAYOUT_AIVEN, SegmentObject, group_segments, parse_rsm_manifest
-from tsproxy.kafka.manifest import IndexRange
+from tsproxy.kafka.manifest import IndexRange, RsmManifest
 
 from .bucket import Bucket
 from .options import MIN_SPLIT_BYTES, Bound, ReadOptions
@@ -71,15 +71,29 @@ def list_segments(
     return dict(found)
 
 
-def load_indexes(bucket: Bucket, listed: ListedSegment, need: int) -> Indexes:
+# Parsed .rsm-manifests by key, shared by the index and transaction-index loads of one planning run
+# so that each manifest is fetched once. Each key is loaded by one job at a time.
+Manifests = dict[str, RsmManifest]
+
+
+def _manifest(bucket: Bucket, key: str, manifests: Manifests | None) -> RsmManifest:
+    found = manifests.get(key) if manifests is not None else None
+    if found is None:
+        found = parse_rsm_manifest(bucket.read(key), object_name=bucket.uri(key))
+        if manifests is not None:
+            manifests[key] = found
+    return found
+
+
+def load_indexes(
+    bucket: Bucket, listed: ListedSegment, need: int, manifests: Manifests | None = None
+) -> Indexes:
     """The offset index (and the time index when need is NEEDS_ALL) of a segment; None where missing."""
     obj = listed.obj
     want_times = need == NEEDS_ALL
     try:
         if obj.manifest_key is not None:
-            manifest = parse_rsm_manifest(
-                bucket.read(obj.manifest_key), object_name=bucket.uri(obj.manifest_key)
-            )
+            manifest = _manifest(bucket, obj.manifest_key, manifests)
             ranges = {"offset": manifest.index("offset"), "timestamp": manifest.index("timestamp")}
             if manifest.segment_indexes is not None and obj.indexes_key is not None:
                 return _from_indexes_object(bucket, listed, ranges, want_times)
@@ -95,7 +109,9 @@ def load_indexes(bucket: Bucket, listed: ListedSegment, need: int) -> Indexes:
     )
 
 
-def load_aborted(bucket: Bucket, listed: ListedSegment) -> list[AbortedTxn]:
+def load_aborted(
+    bucket: Bucket, listed: ListedSegment, manifests: Manifests | None = None
+) -> list[AbortedTxn]:
     """The transactions aborted in a segment, from its transaction index ([] when it has none).
 
     A read_committed read cannot do without them, so an index that vanished is an error here.
@@ -103,9 +119,7 @@ def load_aborted(bucket: Bucket, listed: ListedSegment) -> list[AbortedTxn]:
     obj = listed.obj
     try:
         if obj.manifest_key is not None:
-            manifest = parse_rsm_manifest(
-                bucket.read(obj.manifest_key), object_name=bucket.uri(obj.manifest_key)
-            )
+            manifest = _manifest(bucket, obj.manifest_key, manifests)
             if manifest.segment_indexes is not None:
                 found = manifest.index("transaction")
                 if found is None or found.size == 0:
@@ -128,6 +142,7 @@ def aborted_transactions(
     bucket: Bucket,
     found: Mapping[tuple[str, int], list[ListedSegment]],
     starts: Mapping[tuple[str, int], Bound] | None = None,
+    manifests: Manifests | None = None,
 ) -> dict[tuple[str, int], list[AbortedTxn]]:
     """Each partition's aborted transactions, from the transaction indexes of its segments.
 
@@ -144,7 +159,7 @@ def aborted_transactions(
                 wanted.append((tp, by_key[seg.key]))
     result: dict[tuple[str, int], list[AbortedTxn]] = {tp: [] for tp in found}
     with ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="tsproxy-txnindex") as pool:
-        loads = pool.map(lambda job: load_aborted(bucket, job[1]), wanted)
+        loads = pool.map(lambda job: load_aborted(bucket, job[1], manifests), wanted)
         for (tp, _), txns in zip(wanted, loads, strict=True):
             result[tp] += txns
     return result
@@ -198,6 +213,7 @@ def plan_read(bucket: Bucket, options: ReadOptions) -> list[Piece]:
     }
     # Which index loads planning needs, decided per segment before any is made.
     jobs: list[tuple[ListedSegment, int]] = []
+    manifests: Manifests = {}
     for tp, listed in found.items():
         by_key = {s.obj.key: s for s in listed}
         start, end = bounds[tp]
@@ -209,12 +225,12 @@ def plan_read(bucket: Bucket, options: ReadOptions) -> list[Piece]:
         loaded = dict(
             zip(
                 (listed.obj.key for listed, _ in jobs),
-                pool.map(lambda job: load_indexes(bucket, *job), jobs),
+                pool.map(lambda job: load_indexes(bucket, job[0], job[1], manifests), jobs),
                 strict=True,
             )
         )
     aborted = (
-        aborted_transactions(bucket, found, {tp: start for tp, (start, _) in bounds.items()})
+        aborted_transactions(bucket, found, {tp: start for tp, (start, _) in bounds.items()}, manifests)
         if options.read_committed
         else {}
     )

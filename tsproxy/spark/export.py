@@ -40,8 +40,8 @@ from tsproxy.kafka.records import DecodeStats
 
 from .arrow import arrow_schema
 from .bucket import Bucket
-from .catalog import aborted_transactions, list_segments
-from .options import PARTITION_BY, OptionError, ReadOptions, StoreOptions
+from .catalog import ListedSegment, aborted_transactions, list_segments
+from .options import PARTITION_BY, Bound, OptionError, ReadOptions, StoreOptions
 from .output import Output, open_output
 from .planning import Piece, order_segments
 from .reading import read_piece
@@ -181,16 +181,13 @@ def plan_export(job: ExportJob, bucket: Bucket, output: Output) -> tuple[list[Se
     """The segments to export (largest first, for an even spread) and how many were skipped as done."""
     found = list_segments(bucket, job.source)
     done = read_markers(output) if job.incremental else {}
-    aborted = aborted_transactions(bucket, found) if job.source.read_committed else {}
     tasks: list[SegmentTask] = []
     skipped = 0
     for (topic, partition), listed in sorted(found.items()):
         exported = done.get((topic, partition), {})
         covered = sorted((_stem_offset(stem), nxt) for stem, nxt in exported.items())
-        txns = aborted.get((topic, partition), [])
         for seg, upper in order_segments([s.segment for s in listed]):
-            touching = aborted_overlapping(txns, seg.base_offset, upper)
-            task = SegmentTask(seg.key, topic, partition, seg.base_offset, seg.size, None, upper, touching)
+            task = SegmentTask(seg.key, topic, partition, seg.base_offset, seg.size, None, upper)
             if task.stem in exported:
                 skipped += 1
                 continue
@@ -199,8 +196,27 @@ def plan_export(job: ExportJob, bucket: Bucket, output: Output) -> tuple[list[Se
             if reached > seg.base_offset:
                 task = replace(task, min_offset=reached)
             tasks.append(task)
+    if job.source.read_committed:
+        tasks = _with_aborted(bucket, found, tasks)
     tasks.sort(key=lambda t: (-t.size, t.key))
     return tasks, skipped
+
+
+def _with_aborted(
+    bucket: Bucket, found: dict[tuple[str, int], list[ListedSegment]], tasks: list[SegmentTask]
+) -> list[SegmentTask]:
+    """The tasks with the aborted transactions touching their offsets. Transaction indexes are read
+    only from each partition's first segment still to export on (see catalog.aborted_transactions)."""
+    starts: dict[tuple[str, int], Bound] = {}
+    for t in tasks:
+        tp = (t.topic, t.partition)
+        if tp not in starts or t.base_offset < starts[tp].value:
+            starts[tp] = Bound("offset", t.base_offset)
+    aborted = aborted_transactions(bucket, {tp: found[tp] for tp in starts}, starts)
+    return [
+        replace(t, aborted=aborted_overlapping(aborted[(t.topic, t.partition)], t.base_offset, t.max_offset))
+        for t in tasks
+    ]
 
 
 def _stem_offset(stem: str) -> int:

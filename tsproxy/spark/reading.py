@@ -100,7 +100,10 @@ def _with_markers(
             continue
         if header.is_control:
             stats.control_batches += 1
-        hidden = header.is_control or bool(aborted and is_aborted(header, aborted))
+        hidden = header.is_control
+        if aborted and is_aborted(header, aborted):
+            stats.aborted_records += len(records)
+            hidden = True
         for r in records:
             yield (r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers), hidden
 
