@@ -118,10 +118,16 @@ ROWS: list[Row] = [
                 height=4,
             ),
             Panel(
-                "Integrity errors (total)",
-                "Stored data that failed authentication or a checksum since the processes started. "
-                "Anything above zero needs a look: see docs/OPERATIONS.md.",
-                [Target(total("tsproxy_integrity_errors_total"), "integrity errors")],
+                "Integrity errors (dashboard range)",
+                "Stored data that failed authentication or a checksum within the dashboard's time range "
+                "(increase, so a restart does not reset it). Anything above zero needs a look: see "
+                "docs/OPERATIONS.md.",
+                [
+                    Target(
+                        f"sum(increase(tsproxy_integrity_errors_total{{{SEL}}}[$__range]))",
+                        "integrity errors",
+                    )
+                ],
                 kind="stat",
                 width=4,
                 height=4,
@@ -384,6 +390,40 @@ ROWS: list[Row] = [
                 "Stored data that failed authentication or a checksum, per second.",
                 [Target(rate("tsproxy_integrity_errors_total"), "integrity errors/s")],
                 unit="ops",
+            ),
+            Panel(
+                "Versions running",
+                "Instances by tsproxy version and Python version: during a rollout, two rows.",
+                [
+                    Target(
+                        f"count by (version, python) (tsproxy_build_info{{{SEL}}})",
+                        "{{version}} (Python {{python}})",
+                    )
+                ],
+                kind="stat",
+                width=6,
+                height=8,
+            ),
+            Panel(
+                "Active keys in use",
+                "How many different active key-encryption keys the selected instances report. More than "
+                "one outside a rotation means some instance did not pick up the new ring: objects it "
+                "writes are wrapped by the old key (see docs/OPERATIONS.md, key rotation).",
+                [
+                    Target(
+                        f"count(count by (kek_id) (tsproxy_key_ring_active_info{{{SEL}}} == 1))",
+                        "active keys",
+                    )
+                ],
+                kind="stat",
+                width=6,
+                height=8,
+                extra_defaults={
+                    "thresholds": {
+                        "mode": "absolute",
+                        "steps": [{"color": "green", "value": None}, {"color": "red", "value": 2}],
+                    }
+                },
             ),
             Panel(
                 "Key ring",

@@ -96,7 +96,7 @@ def test_every_alert_has_severity_summary_and_a_runbook_that_exists() -> None:
     for rule in _rules():
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
-        page, _, anchor = rule["annotations"]["runbook"].partition("#")
+        page, _, anchor = rule["annotations"]["runbook_url"].partition("#")
         assert page == "docs/OPERATIONS.md" and anchor in anchors, f"{rule['alert']}: no section #{anchor}"
 
 

@@ -44,6 +44,7 @@ ROUNDS, PAUSE = 10, 1.0
 # Panels (title, legend) that must show more than zero after the workload: each is something it did.
 POSITIVE = [
     ("Instances up", "up"),
+    ("Active keys in use", "active keys"),
     ("Client requests/s", "requests/s"),
     ("Stored / original bytes (lifetime)", "stored/original"),
     ("Cache fill", "fill"),
@@ -66,7 +67,7 @@ POSITIVE = [
 # Panels that must read exactly zero: a healthy workload has no server errors and no bad data.
 ZERO = [
     ("Client error ratio (5xx)", "5xx ratio"),
-    ("Integrity errors (total)", "integrity errors"),
+    ("Integrity errors (dashboard range)", "integrity errors"),
     ("Error ratio", "5xx"),
     ("Evictions and corruption", "corrupt/s"),
     ("Integrity errors", "integrity errors/s"),
