@@ -11,7 +11,8 @@ payload hash is the `x-amz-content-sha256` value (a hex digest, `UNSIGNED-PAYLOA
 mode). Clients disagree on how they put some characters on the wire, so the path and the query are tried
 in their canonical encoding first and as sent second; both forms name the same resource.
 
-Only SigV4 is accepted. SigV2 (`AWS key:sig`, `AWSAccessKeyId=`) and SigV4a get a clear InvalidRequest.
+SigV2 (`AWS key:sig`, `AWSAccessKeyId=`) is verified by `sigv2`, and `auth.authenticate` picks the
+scheme; called directly, this module refuses SigV2 with a clear InvalidRequest. SigV4a is not supported.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _utf8(value: str) -> bytes:
 # -- request parts -----------------------------------------------------------------------------------
 
 
-def _headers(headers: Mapping[str, str]) -> dict[str, list[str]]:
+def headers_by_name(headers: Mapping[str, str]) -> dict[str, list[str]]:
     """Lower-case name -> every value, from any mapping (multidicts give repeated names)."""
     out: dict[str, list[str]] = {}
     for name, value in headers.items():
@@ -132,7 +133,8 @@ def _headers(headers: Mapping[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def _query_pairs(raw_query: str) -> list[tuple[str, str]]:
+def query_pairs(raw_query: str) -> list[tuple[str, str]]:
+    """The query's (name, value) pairs in order, still percent-encoded."""
     pairs = []
     for piece in raw_query.split("&") if raw_query else []:
         name, _, value = piece.partition("=")
@@ -167,7 +169,8 @@ def _canonical_headers(h: dict[str, list[str]], signed: list[str]) -> str:
     return "".join(lines)
 
 
-def _payload_mode(value: str) -> tuple[str, str | None]:
+def payload_mode(value: str) -> tuple[str, str | None]:
+    """The payload mode an x-amz-content-sha256 value asks for, and the digest when it is one."""
     if value in PAYLOAD_MODES:
         return value, None
     if _HEX64.fullmatch(value):
@@ -292,6 +295,22 @@ def _match(
     )
 
 
+def check_one_mechanism(authorization: str | None, query_names: Iterable[str]) -> None:
+    """InvalidArgument when a request carries both an Authorization header and query-string auth."""
+    if authorization is not None and not {
+        "X-Amz-Algorithm",
+        "X-Amz-Signature",
+        "X-Amz-Credential",
+        "AWSAccessKeyId",
+        "Signature",
+    }.isdisjoint(query_names):
+        raise errors.InvalidArgument(
+            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+            "Signature query string parameter or the Authorization header should be specified",
+            ArgumentName="Authorization",
+        )
+
+
 # -- the two schemes ---------------------------------------------------------------------------------
 
 
@@ -316,17 +335,12 @@ def verify(
     """
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    h = _headers(headers)
-    pairs = _query_pairs(raw_query)
+    h = headers_by_name(headers)
+    pairs = query_pairs(raw_query)
     names = {unquote(k) for k, _ in pairs}
     authorization = h.get("authorization", [None])[0]
     presigned = "X-Amz-Algorithm" in names or "X-Amz-Signature" in names or "X-Amz-Credential" in names
-    if authorization is not None and (presigned or "AWSAccessKeyId" in names):
-        raise errors.InvalidArgument(
-            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
-            "Signature query string parameter or the Authorization header should be specified",
-            ArgumentName="Authorization",
-        )
+    check_one_mechanism(authorization, names)
     if authorization is not None:
         return _verify_header(method, raw_path, pairs, h, authorization, secret_for, now, max_skew, region)
     if presigned:
@@ -335,7 +349,7 @@ def verify(
         raise errors.InvalidRequest(_ONLY_V4)
     if not allow_anonymous:
         raise errors.AccessDenied()
-    mode, digest = _payload_mode(h.get("x-amz-content-sha256", [UNSIGNED_PAYLOAD])[0].strip())
+    mode, digest = payload_mode(h.get("x-amz-content-sha256", [UNSIGNED_PAYLOAD])[0].strip())
     if mode in SIGNED_STREAMING:
         raise errors.InvalidRequest("Signed aws-chunked payloads need a signed request.")
     return AuthResult(access_key="", payload_mode=mode, payload_sha256=digest, anonymous=True)
@@ -404,7 +418,7 @@ def _verify_header(
     if "x-amz-content-sha256" not in h:
         raise errors.InvalidRequest("Missing required header for this request: x-amz-content-sha256")
     payload_hash = h["x-amz-content-sha256"][0].strip()
-    mode, digest = _payload_mode(payload_hash)
+    mode, digest = payload_mode(payload_hash)
     _require_signed(h, signed, ["x-amz-content-sha256"] + ([] if from_amz else ["date"]))
     secret = _lookup_secret(secret_for, cred.access_key)
     _check_skew(when, now, max_skew)
@@ -456,7 +470,7 @@ def _verify_presigned(
     )
     _require_signed(h, signed)
     payload_hash = h.get("x-amz-content-sha256", [UNSIGNED_PAYLOAD])[0].strip()
-    mode, digest = _payload_mode(payload_hash)
+    mode, digest = payload_mode(payload_hash)
     secret = _lookup_secret(secret_for, cred.access_key)
     server_time = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     if now > when + timedelta(seconds=expires):
