@@ -1,0 +1,174 @@
+"""The size catalog: what each tsproxy instance wrote, so a listing needs no HEAD per object. Pure, no I/O.
+
+A backend listing knows each object's stored size and backend ETag, but a client must see the original
+size and the ETag it was given. Each instance therefore appends a `CatalogRecord` per object it writes
+to small immutable catalog objects in the reserved namespace; a listing loads them and answers from a
+record only when the record's backend ETag and stored size are what the backend's own listing says of
+that key right now. Anything else (an overwrite by a writer that has not flushed yet, a passthrough
+object, a record lost in a crash) does not match and falls back to a HEAD, so correctness never rests on
+the catalog: it only saves requests.
+
+Bytes of a catalog object (docs/FORMAT.md, "Size catalog"):
+
+    magic "TSPC" | u8 version (1) | u8 flags (bit 0: body is one zstd frame) | varint record count
+    | body | u32 CRC-32 (zlib) of everything before it
+
+body: the records, each
+
+    text backend key | text backend ETag | varint stored size | varint original size
+    | text client ETag | varint last-modified (milliseconds since the epoch)
+
+with texts as varint length + UTF-8 (see wire.py). The CRC catches torn or damaged objects; the catalog is
+not authenticated, which is safe because a record is only ever used together with the backend's listing
+and never for reading data (GETs use the object's own authenticated manifest).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import zstandard
+
+from tsproxy.errors import IntegrityError
+from tsproxy.format.wire import Reader, Writer
+
+MAGIC = b"TSPC"
+VERSION = 1
+FLAG_ZSTD = 0x01
+_CRC = struct.Struct(">I")
+# Compress bodies above this size: a handful of records is smaller raw than framed.
+COMPRESS_ABOVE = 512
+# No catalog object may claim to expand beyond this (a hostile frame header cannot make us allocate more).
+MAX_BODY = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogRecord:
+    """What one write left in the backend: enough to list it as the client wrote it."""
+
+    key: str  # backend key, in the backend bucket the catalog belongs to
+    backend_etag: str  # unquoted, as the backend lists it
+    stored_size: int
+    original_size: int
+    client_etag: str  # unquoted, as clients see it
+    last_modified_ms: int
+
+
+def encode_catalog(records: Iterable[CatalogRecord], *, level: int = 3) -> bytes:
+    """One catalog object holding `records` (sorted by key, so equal sets encode equally)."""
+    ordered = sorted(records, key=lambda r: (r.key, r.backend_etag))
+    body = Writer()
+    for r in ordered:
+        body.text(r.key)
+        body.text(r.backend_etag)
+        body.varint(r.stored_size)
+        body.varint(r.original_size)
+        body.text(r.client_etag)
+        body.varint(r.last_modified_ms)
+    payload = bytes(body.buf)
+    flags = 0
+    if len(payload) > COMPRESS_ABOVE:
+        payload = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(payload)
+        flags |= FLAG_ZSTD
+    out = Writer()
+    out.raw(MAGIC)
+    out.u8(VERSION)
+    out.u8(flags)
+    out.varint(len(ordered))
+    out.raw(payload)
+    out.u32(zlib.crc32(out.buf))
+    return bytes(out.buf)
+
+
+def decode_catalog(data: bytes | bytearray | memoryview) -> list[CatalogRecord]:
+    """The records of a catalog object; IntegrityError when it is damaged, truncated or not one."""
+    view = memoryview(data).cast("B")
+    if len(view) < len(MAGIC) + 2 + 1 + _CRC.size or bytes(view[: len(MAGIC)]) != MAGIC:
+        raise IntegrityError("catalog: not a catalog object")
+    (crc,) = _CRC.unpack_from(view, len(view) - _CRC.size)
+    if zlib.crc32(view[: len(view) - _CRC.size]) != crc:
+        raise IntegrityError("catalog: checksum mismatch")
+    head = Reader(view[: len(view) - _CRC.size], "catalog")
+    head.take(len(MAGIC))
+    version = head.u8()
+    if version != VERSION:
+        raise IntegrityError(f"catalog: unsupported version {version}")
+    flags = head.u8()
+    if flags & ~FLAG_ZSTD:
+        raise IntegrityError(f"catalog: unknown flags {flags:#x}")
+    count = head.varint()
+    payload = head.take(head.remaining())
+    if flags & FLAG_ZSTD:
+        payload = memoryview(_decompress(payload))
+    # Each record takes at least 9 bytes, so a hostile count cannot make us loop far past the body.
+    if count > len(payload) // 9 + 1:
+        raise IntegrityError(f"catalog: {count} records cannot fit in {len(payload)} bytes")
+    r = Reader(payload, "catalog")
+    out = [
+        CatalogRecord(r.text(), r.text(), r.varint(), r.varint(), r.text(), r.varint()) for _ in range(count)
+    ]
+    r.end()
+    return out
+
+
+def _decompress(frame: memoryview) -> bytes:
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size < 0 or size > MAX_BODY:
+            raise IntegrityError("catalog: body size missing or too large")
+        return zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+    except zstandard.ZstdError as e:
+        raise IntegrityError(f"catalog: body does not decompress ({e})") from None
+
+
+class CatalogIndex:
+    """The records loaded so far, by backend key; answers only for entries the backend still lists.
+
+    Pure and unbounded in the number of catalog objects it has merged; memory is one small tuple per
+    (key, backend ETag) seen, and `retain` drops the keys a full listing no longer shows.
+    """
+
+    def __init__(self) -> None:
+        # key -> {backend etag: (stored size, original size, client etag, last-modified ms)}
+        self._by_key: dict[str, dict[str, tuple[int, int, str, int]]] = {}
+        self.loaded: set[str] = set()  # names of the catalog objects merged in
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_key.values())
+
+    def add(self, records: Iterable[CatalogRecord]) -> None:
+        for r in records:
+            versions = self._by_key.setdefault(r.key, {})
+            versions[r.backend_etag] = (r.stored_size, r.original_size, r.client_etag, r.last_modified_ms)
+
+    def lookup(self, key: str, backend_etag: str, stored_size: int) -> CatalogRecord | None:
+        """The record for what the backend lists now, or None when nothing matches both facts."""
+        found = self._by_key.get(key, {}).get(backend_etag)
+        if found is None or found[0] != stored_size:
+            return None
+        return CatalogRecord(key, backend_etag, *found)
+
+    def records(self) -> Iterator[CatalogRecord]:
+        for key, versions in self._by_key.items():
+            for etag, facts in versions.items():
+                yield CatalogRecord(key, etag, *facts)
+
+    def retain(self, listed: Iterable[tuple[str, str]]) -> None:
+        """Keep only the (key, backend ETag) pairs a complete listing of the catalog's scope returned."""
+        keep: dict[str, set[str]] = {}
+        for key, etag in listed:
+            keep.setdefault(key, set()).add(etag)
+        for key in list(self._by_key):
+            versions = {e: f for e, f in self._by_key[key].items() if e in keep.get(key, ())}
+            if versions:
+                self._by_key[key] = versions
+            else:
+                del self._by_key[key]
+
+
+def catalog_object_name(written_ms: int, instance: str, sequence: int) -> str:
+    """Name of a catalog object under the catalog prefix: sortable by time, unique per instance."""
+    return f"{written_ms:013d}-{instance}-{sequence:08d}"
