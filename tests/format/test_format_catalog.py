@@ -99,3 +99,24 @@ def test_index_answers_only_for_what_the_backend_lists() -> None:
 def test_object_names_sort_by_time() -> None:
     names = [catalog_object_name(ms, "a1b2", seq) for ms, seq in [(5, 2), (40, 1), (1_000_000, 0)]]
     assert names == sorted(names)
+
+
+def test_tombstones_retire_earlier_versions_only() -> None:
+    from tsproxy.format.catalog import tombstone
+
+    index = CatalogIndex()
+    old = CatalogRecord("k", "e1", 1, 2, "c1", 100)
+    newer = CatalogRecord("k", "e2", 1, 2, "c2", 300)
+    index.add([old, tombstone("k", 200), newer, CatalogRecord("k", "e0", 1, 2, "c0", 50)])
+    assert index.lookup("k", "e1", 1) is None and index.lookup("k", "e0", 1) is None
+    assert index.lookup("k", "e2", 1) == newer
+    assert [t.key for t in index.tombstones(150)] == ["k"] and not list(index.tombstones(250))
+    round_tripped = CatalogIndex()
+    round_tripped.add(decode_catalog(encode_catalog([*index.records(), *index.tombstones(0)])))
+    assert round_tripped.lookup("k", "e2", 1) == newer
+
+
+def test_a_key_keeps_its_newest_versions() -> None:
+    index = CatalogIndex()
+    index.add(CatalogRecord("k", f"e{i}", 1, 2, "c", i) for i in range(5))
+    assert [r.backend_etag for r in index.records()] == ["e3", "e4"]

@@ -15,12 +15,14 @@ Bytes of a catalog object (docs/FORMAT.md, "Size catalog"):
 
 body: the records, each
 
-    text backend key | text backend ETag | varint stored size | varint original size
+    text key | text backend ETag | varint stored size | varint original size
     | text client ETag | varint last-modified (milliseconds since the epoch)
 
-with texts as varint length + UTF-8 (see wire.py). The CRC catches torn or damaged objects; the catalog is
-not authenticated, which is safe because a record is only ever used together with the backend's listing
-and never for reading data (GETs use the object's own authenticated manifest).
+with texts as varint length + UTF-8 (see wire.py); the key is the client's key in its bucket. A record
+with an empty backend ETag is a tombstone: the key was deleted through tsproxy at that time, and its
+records written before then are dead. The CRC catches torn or damaged objects. The catalog is not
+authenticated, which is safe because a record is only ever used together with the backend's listing and
+never for reading data (GETs use the object's own authenticated manifest).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ MAX_BODY = 1 << 30
 class CatalogRecord:
     """What one write left in the backend: enough to list it as the client wrote it."""
 
-    key: str  # backend key, in the backend bucket the catalog belongs to
+    key: str  # the client's key, in the client bucket the catalog belongs to
     backend_etag: str  # unquoted, as the backend lists it
     stored_size: int
     original_size: int
@@ -124,16 +126,24 @@ def _decompress(frame: memoryview) -> bytes:
         raise IntegrityError(f"catalog: body does not decompress ({e})") from None
 
 
-class CatalogIndex:
-    """The records loaded so far, by backend key; answers only for entries the backend still lists.
+def tombstone(key: str, deleted_ms: int) -> CatalogRecord:
+    """The record of a delete: it retires the key's earlier records wherever they were written."""
+    return CatalogRecord(key, "", 0, 0, "", deleted_ms)
 
-    Pure and unbounded in the number of catalog objects it has merged; memory is one small tuple per
-    (key, backend ETag) seen, and `retain` drops the keys a full listing no longer shows.
+
+class CatalogIndex:
+    """The records loaded so far, by key; answers only for entries the backend still lists.
+
+    Memory is one small tuple per (key, backend ETag) seen: a key keeps its `KEEP_VERSIONS` newest
+    versions, and a tombstone (a delete through tsproxy) drops the versions written before it.
     """
+
+    KEEP_VERSIONS = 2
 
     def __init__(self) -> None:
         # key -> {backend etag: (stored size, original size, client etag, last-modified ms)}
         self._by_key: dict[str, dict[str, tuple[int, int, str, int]]] = {}
+        self._deleted: dict[str, int] = {}  # key -> time of its latest tombstone (ms)
         self.loaded: set[str] = set()  # names of the catalog objects merged in
 
     def __len__(self) -> int:
@@ -141,8 +151,29 @@ class CatalogIndex:
 
     def add(self, records: Iterable[CatalogRecord]) -> None:
         for r in records:
+            deleted = self._deleted.get(r.key, -1)
+            if not r.backend_etag:  # a tombstone
+                if r.last_modified_ms > deleted:
+                    self._deleted[r.key] = r.last_modified_ms
+                    versions = self._by_key.get(r.key, {})
+                    for etag in [e for e, f in versions.items() if f[3] <= r.last_modified_ms]:
+                        del versions[etag]
+                    if not versions:
+                        self._by_key.pop(r.key, None)
+                continue
+            if r.last_modified_ms <= deleted:
+                continue
             versions = self._by_key.setdefault(r.key, {})
             versions[r.backend_etag] = (r.stored_size, r.original_size, r.client_etag, r.last_modified_ms)
+            if len(versions) > self.KEEP_VERSIONS:
+                oldest = min(versions, key=lambda e: versions[e][3])
+                del versions[oldest]
+
+    def tombstones(self, since_ms: int) -> Iterator[CatalogRecord]:
+        """Tombstones newer than `since_ms`: a compacted catalog keeps them while late records may come."""
+        for key, ms in self._deleted.items():
+            if ms >= since_ms:
+                yield tombstone(key, ms)
 
     def lookup(self, key: str, backend_etag: str, stored_size: int) -> CatalogRecord | None:
         """The record for what the backend lists now, or None when nothing matches both facts."""
