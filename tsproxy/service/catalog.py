@@ -1,0 +1,217 @@
+"""The size catalog in the backend: each instance appends what it writes, every listing reads them all.
+
+See format/catalog.py for the records and why a listing may trust one (only when the backend's own
+listing agrees on the ETag and the stored size). Here is the I/O around it:
+
+- writes and deletes are buffered per client bucket and flushed as one small immutable catalog object
+  every `flush_interval` seconds or `flush_records` records, whichever comes first; a crash loses at most
+  that window, and the objects it covers fall back to a HEAD;
+- a listing first `refresh`es the bucket's index: one LIST of the catalog prefix, then a GET of each
+  catalog object not loaded yet (at most once per `refresh_interval`, so a paged listing of a large
+  bucket pays it once, not per page);
+- when a refresh finds more than `compact_above` catalog objects, the instance writes everything it has
+  loaded as one object and deletes the ones it merged. Instances never coordinate: an object written by
+  another instance meanwhile is not among those deleted, and two compactions at once only leave two
+  merged objects, which the next compaction folds together. No record is lost either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tsproxy import errors
+from tsproxy.format.catalog import (
+    CatalogIndex,
+    CatalogRecord,
+    catalog_object_name,
+    decode_catalog,
+    encode_catalog,
+    tombstone,
+)
+from tsproxy.store.base import Backend
+
+log = logging.getLogger("tsproxy.catalog")
+
+# A tombstone is kept through compactions this long: records written before the delete but flushed
+# after it (at most a flush interval late, or a retried flush) still meet it.
+TOMBSTONE_KEEP_MS = 3600 * 1000
+# A flush that keeps failing must not hold records forever: past this, the oldest go (they fall back to
+# a HEAD when listed).
+MAX_PENDING = 100_000
+
+
+@dataclass
+class _Bucket:
+    index: CatalogIndex = field(default_factory=CatalogIndex)
+    pending: list[CatalogRecord] = field(default_factory=list)
+    refreshed_at: float = float("-inf")
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SizeCatalog:
+    """The catalogs of every client bucket this instance has written to or listed.
+
+    `where(bucket)` names the backend bucket and the key prefix of a client bucket's catalog objects (in
+    the reserved namespace). `backend` needs only the core object-store calls: put, get_bytes, list and
+    delete.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        where: Callable[[str], tuple[str, str]],
+        *,
+        flush_interval: float = 5.0,
+        flush_records: int = 1000,
+        refresh_interval: float = 2.0,
+        compact_above: int = 16,
+        clock: Callable[[], float] = time.time,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.where = where
+        self.instance = secrets.token_hex(6)
+        self.flush_interval = flush_interval
+        self.flush_records = flush_records
+        self.refresh_interval = refresh_interval
+        self.compact_above = compact_above
+        self.clock = clock
+        self.on_event = on_event or (lambda _: None)
+        self._buckets: dict[str, _Bucket] = {}
+        self._sequence = 0
+        self._flusher: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def _bucket(self, bucket: str) -> _Bucket:
+        state = self._buckets.get(bucket)
+        if state is None:
+            state = self._buckets[bucket] = _Bucket()
+        return state
+
+    # -- what this instance writes -------------------------------------------------------------------
+
+    def wrote(self, bucket: str, record: CatalogRecord) -> None:
+        """Note a completed write (the object is visible in the backend as `record` says)."""
+        self._note(bucket, record)
+
+    def deleted(self, bucket: str, key: str) -> None:
+        """Note a delete through tsproxy, so the key's records are retired everywhere."""
+        self._note(bucket, tombstone(key, int(self.clock() * 1000)))
+
+    def _note(self, bucket: str, record: CatalogRecord) -> None:
+        state = self._bucket(bucket)
+        state.index.add([record])
+        state.pending.append(record)
+        if len(state.pending) > MAX_PENDING:
+            del state.pending[: len(state.pending) - MAX_PENDING]
+        if len(state.pending) >= self.flush_records:
+            self._wake.set()
+
+    def start(self) -> None:
+        """Flush in the background from now on."""
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def close(self) -> None:
+        """Stop the background flush and flush what is pending once more."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        await self.flush()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.flush_interval)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write each bucket's pending records as one catalog object; on failure keep them for next time."""
+        for bucket, state in list(self._buckets.items()):
+            if not state.pending:
+                continue
+            batch, state.pending = state.pending, []
+            try:
+                name = await self._put(bucket, batch)
+            except Exception as e:  # the backend may be down: keep the records and try again later
+                state.pending[:0] = batch
+                self.on_event("flush_error")
+                log.warning("catalog flush failed", extra={"fields": {"bucket": bucket, "error": str(e)}})
+                continue
+            state.index.loaded.add(name)
+            self.on_event("flush")
+
+    async def _put(self, bucket: str, records: list[CatalogRecord]) -> str:
+        backend_bucket, prefix = self.where(bucket)
+        self._sequence += 1
+        name = catalog_object_name(int(self.clock() * 1000), self.instance, self._sequence)
+        await self.backend.put(backend_bucket, prefix + name, encode_catalog(records))
+        return name
+
+    # -- what listings read --------------------------------------------------------------------------
+
+    async def refresh(self, bucket: str) -> CatalogIndex:
+        """The bucket's index with every catalog object in the backend merged in (rate-limited)."""
+        state = self._bucket(bucket)
+        async with state.lock:
+            if self.clock() - state.refreshed_at < self.refresh_interval:
+                return state.index
+            backend_bucket, prefix = self.where(bucket)
+            names = await self._list_names(backend_bucket, prefix)
+            for name in names:
+                if name in state.index.loaded:
+                    continue
+                try:
+                    _, data = await self.backend.get_bytes(backend_bucket, prefix + name)
+                    state.index.add(decode_catalog(data))
+                except errors.NoSuchKey:
+                    continue  # compacted away by another instance since our LIST: its merge has the records
+                except errors.IntegrityError as e:
+                    self.on_event("damaged")
+                    log.warning(
+                        "catalog object damaged", extra={"fields": {"key": prefix + name, "error": str(e)}}
+                    )
+                state.index.loaded.add(name)
+            state.refreshed_at = self.clock()
+            if len(names) > self.compact_above:
+                await self._compact(bucket, state, names)
+            return state.index
+
+    def cached(self, bucket: str) -> CatalogIndex:
+        """The index as loaded so far, without touching the backend (for a HEAD)."""
+        return self._bucket(bucket).index
+
+    async def _list_names(self, backend_bucket: str, prefix: str) -> list[str]:
+        names: list[str] = []
+        token = None
+        while True:
+            page = await self.backend.list(backend_bucket, prefix=prefix, token=token)
+            names.extend(o.key[len(prefix) :] for o in page.objects)
+            if not page.is_truncated:
+                return names
+            token = page.next_token
+
+    async def _compact(self, bucket: str, state: _Bucket, merged: list[str]) -> None:
+        since = int(self.clock() * 1000) - TOMBSTONE_KEEP_MS
+        records = [*state.index.records(), *state.index.tombstones(since)]
+        try:
+            name = await self._put(bucket, records)
+        except Exception as e:
+            log.warning("catalog compaction failed", extra={"fields": {"bucket": bucket, "error": str(e)}})
+            return
+        state.index.loaded.add(name)
+        backend_bucket, prefix = self.where(bucket)
+        failed = await self.backend.delete_many(backend_bucket, [prefix + n for n in merged])
+        state.index.loaded.difference_update(merged)
+        self.on_event("compaction")
+        if failed:
+            log.warning("catalog compaction left objects behind", extra={"fields": {"count": len(failed)}})
