@@ -10,9 +10,11 @@ against three S3 endpoints over the same SeaweedFS:
 - direct: SeaweedFS itself;
 - rclone: `rclone serve s3 --vfs-cache-mode full` over a zstd `compress` remote over a `crypt` remote.
 
-Scenarios, per system: a multipart upload (25 MiB parts, 4 at once); sequential 1 MiB fetches from
-offset 0 to the end on an empty cache ("cold": tsproxy and rclone restarted on a new cache directory),
-then the same again ("warm"); sequential 4 MiB chunk reads, cold; random 1 MiB fetches, cold. A fetch
+Scenarios, per system: a multipart upload in 25 MiB parts sent one after another (as a broker's remote
+storage plugin does), the same with 4 parts in flight (as the aws cli does), one 64 MiB PutObject;
+sequential 1 MiB fetches from offset 0 to the end on an empty cache ("cold": tsproxy and rclone
+restarted on a new cache directory), then the same again ("warm"); sequential 4 MiB chunk reads, cold;
+random 1 MiB fetches, cold. A fetch
 starts at a record batch, as a broker's does, so fetches overlap by a partial batch and cross chunk
 boundaries anywhere. Requests are signed and sent by a lean client (fetch_support.LeanS3) so that the
 client's own cost stays small beside the servers'; every body read is checked against the segment.
@@ -51,7 +53,17 @@ from fetch_support import (
     started,
 )
 
-COLUMNS = ("system", "scenario", "mib_s", "p50_ms", "p99_ms", "backend_gets_per_mib", "backend_bytes_ratio")
+COLUMNS = (
+    "system",
+    "scenario",
+    "mib_s",
+    "vs_direct",
+    "p50_ms",
+    "p99_ms",
+    "backend_gets_per_mib",
+    "backend_bytes_ratio",
+    "backend_requests",
+)
 # Where a Kafka broker with Aiven's plugin would put the segment (topic "clicks", partition 0).
 SEGMENT_KEY = "clicks-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
 
@@ -136,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches "
         f"({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, {load_after:.1f} after)\n"
     )
+    direct = {r["scenario"]: r["mib_s"] for r in rows if r["system"] == "direct"}
+    for r in rows:
+        r["vs_direct"] = r["mib_s"] / direct[r["scenario"]] if direct.get(r["scenario"]) else None
     print(markdown_table(rows))
     print("\nGoals:")
     for goal in check_goals(rows):

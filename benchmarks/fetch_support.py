@@ -51,16 +51,20 @@ MIB = 1 << 20
 FETCH_BYTES = 1 * MIB  # a consumer fetch (max.partition.fetch.bytes)
 CHUNK_BYTES = 4 * MIB  # the Aiven plugin's recommended chunk size
 PART_BYTES = 25 * MIB  # client multipart part size
-UPLOAD_CONCURRENCY = 4  # parts in flight at once, as an RSM or `aws s3 cp` would
+UPLOAD_CONCURRENCY = 4  # parts in flight at once, as `aws s3 cp` would
+PUT_BYTES = 64 * MIB  # one PutObject
 BATCH_BYTES = 16 << 10  # a Java producer's default batch.size
 
-UPLOAD = "upload"
+UPLOAD_SERIAL = "upload 1 in flight"  # a broker's remote storage plugin: one part after another
+UPLOAD = "upload 4 in flight"
+PUT = "put 64MiB"
+UPLOAD_SCENARIOS = (UPLOAD_SERIAL, UPLOAD, PUT)
 SEQ_COLD = "seq 1MiB cold"
 SEQ_WARM = "seq 1MiB warm"
 CHUNKS_COLD = "chunks 4MiB cold"
 RANDOM_COLD = "random 1MiB cold"
-SCENARIOS = (UPLOAD, SEQ_COLD, SEQ_WARM, CHUNKS_COLD, RANDOM_COLD)
-READ_SCENARIOS = SCENARIOS[1:]
+SCENARIOS = (*UPLOAD_SCENARIOS, SEQ_COLD, SEQ_WARM, CHUNKS_COLD, RANDOM_COLD)
+READ_SCENARIOS = SCENARIOS[len(UPLOAD_SCENARIOS) :]
 SYSTEMS = ("tsproxy", "direct", "rclone")
 
 CLIENT_ACCESS_KEY = "fetch-bench"
@@ -164,21 +168,27 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 @dataclass(frozen=True)
 class Traffic:
     """SeaweedFS' S3 counters for one bucket: requests it answered as GET (HEAD included: SeaweedFS
-    labels both GET), body bytes it sent and body bytes it received."""
+    labels both GET), requests of every kind, body bytes it sent and body bytes it received."""
 
     gets: float
+    requests: float
     sent: float
     received: float
 
     def __sub__(self, other: Traffic) -> Traffic:
-        return Traffic(self.gets - other.gets, self.sent - other.sent, self.received - other.received)
+        return Traffic(
+            self.gets - other.gets,
+            self.requests - other.requests,
+            self.sent - other.sent,
+            self.received - other.received,
+        )
 
 
 def traffic(weed: SeaweedFS, bucket: str) -> Traffic:
     """The counters of `bucket` now."""
     with urllib.request.urlopen(weed.metrics_url, timeout=10) as response:
         text = response.read().decode()
-    gets = sent = received = 0.0
+    gets = requests = sent = received = 0.0
     for line in text.splitlines():
         m = _SAMPLE.match(line)
         if not m:
@@ -187,13 +197,15 @@ def traffic(weed: SeaweedFS, bucket: str) -> Traffic:
         if labels.get("bucket") != bucket:
             continue
         name, value = m.group("name"), float(m.group("value"))
-        if name == "SeaweedFS_s3_request_total" and labels.get("type") == "GET":
-            gets += value
+        if name == "SeaweedFS_s3_request_total":
+            requests += value
+            if labels.get("type") == "GET":
+                gets += value
         elif name == "SeaweedFS_s3_bucket_traffic_sent_bytes_total":
             sent += value
         elif name == "SeaweedFS_s3_bucket_traffic_received_bytes_total":
             received += value
-    return Traffic(gets, sent, received)
+    return Traffic(gets, requests, sent, received)
 
 
 def settled_traffic(weed: SeaweedFS, bucket: str, quiet: float = 0.3, limit: float = 10.0) -> Traffic:
@@ -657,7 +669,7 @@ class Measurement:
         """The benchmark's JSON row. Upload rows count the bytes SeaweedFS received, read rows the bytes
         it sent."""
         mib = self.client_bytes / MIB
-        backend_bytes = self.backend.received if scenario == UPLOAD else self.backend.sent
+        backend_bytes = self.backend.received if scenario in UPLOAD_SCENARIOS else self.backend.sent
         return {
             "system": system,
             "scenario": scenario,
@@ -666,6 +678,7 @@ class Measurement:
             "p99_ms": percentile(self.latencies, 0.99) * 1000,
             "backend_gets_per_mib": self.backend.gets / mib,
             "backend_bytes_ratio": backend_bytes / self.client_bytes,
+            "backend_requests": self.backend.requests,
         }
 
 
@@ -700,8 +713,10 @@ def measure_reads(
     return Measurement(total, sum(latencies), tuple(latencies), after - before)
 
 
-def measure_upload(system: System, weed: SeaweedFS, key: str, data: bytes) -> Measurement:
-    """A multipart upload of `data` in PART_BYTES parts, UPLOAD_CONCURRENCY at once (parts sent by LeanS3,
+def measure_upload(
+    system: System, weed: SeaweedFS, key: str, data: bytes, concurrency: int = UPLOAD_CONCURRENCY
+) -> Measurement:
+    """A multipart upload of `data` in PART_BYTES parts, `concurrency` at once (parts sent by LeanS3,
     creation and completion by boto3); latencies are the parts'. The time is what the client waits for;
     backend traffic is counted once the system says the bytes are stored (rclone acknowledges before its
     write-back)."""
@@ -718,7 +733,7 @@ def measure_upload(system: System, weed: SeaweedFS, key: str, data: bytes) -> Me
         etag = lean.put_part(system.bucket, key, upload_id, number, body)
         return time.perf_counter() - start, {"PartNumber": number, "ETag": etag}
 
-    with ThreadPoolExecutor(UPLOAD_CONCURRENCY) as pool:
+    with ThreadPoolExecutor(concurrency) as pool:
         done = list(pool.map(put, parts))
     client.complete_multipart_upload(
         Bucket=system.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": [d[1] for d in done]}
@@ -727,6 +742,20 @@ def measure_upload(system: System, weed: SeaweedFS, key: str, data: bytes) -> Me
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
     return Measurement(len(data), seconds, tuple(d[0] for d in done), after - before)
+
+
+def measure_put(system: System, weed: SeaweedFS, key: str, data: bytes) -> Measurement:
+    """One PutObject of `data` (sent by LeanS3)."""
+    lean = lean_client(system)
+    before = settled_traffic(weed, system.backend_bucket)
+    begin = time.perf_counter()
+    status, _, body = lean.request("PUT", LeanS3.path(system.bucket, key), body=data)
+    seconds = time.perf_counter() - begin
+    if status != 200:
+        raise RuntimeError(f"PUT {key}: {status} {body[:300]!r}")
+    system.wait_stored()
+    after = settled_traffic(weed, system.backend_bucket)
+    return Measurement(len(data), seconds, (seconds,), after - before)
 
 
 # -- goals -------------------------------------------------------------------------------------------
@@ -768,11 +797,24 @@ def check_goals(rows: Sequence[dict[str, Any]]) -> list[Goal]:
         row = by.get(("tsproxy", scenario))
         return None if row is None or row.get(field) is None else float(row[field])
 
+    serial = by.get(("tsproxy", UPLOAD_SERIAL))
+    parts = serial["parts"] if serial is not None and "parts" in serial else None
+    upload_requests = value(UPLOAD_SERIAL, "backend_requests")
     goals = [
+        Goal(f"{UPLOAD_SERIAL} MiB/s, tsproxy / direct", ratio(UPLOAD_SERIAL, "mib_s", "direct"), 1.0, False),
+        Goal(f"{UPLOAD} MiB/s, tsproxy / direct", ratio(UPLOAD, "mib_s", "direct"), 1.3, False),
+        Goal(f"{PUT} MiB/s, tsproxy / direct", ratio(PUT, "mib_s", "direct"), 1.0, False),
+        Goal(
+            f"{UPLOAD_SERIAL} backend requests beyond parts + 3, tsproxy",
+            None if parts is None or upload_requests is None else upload_requests - (parts + 3),
+            0,
+            True,
+        ),
         Goal(f"{SEQ_WARM} p50 latency, tsproxy / direct", ratio(SEQ_WARM, "p50_ms", "direct"), 0.5, True),
-        Goal(f"{SEQ_COLD} MiB/s, tsproxy / direct", ratio(SEQ_COLD, "mib_s", "direct"), 0.8, False),
+        Goal(f"{SEQ_COLD} MiB/s, tsproxy / direct", ratio(SEQ_COLD, "mib_s", "direct"), 1.0, False),
         Goal(f"{SEQ_COLD} backend GETs per MiB, tsproxy", value(SEQ_COLD, "backend_gets_per_mib"), 0.1, True),
-        Goal(f"{UPLOAD} MiB/s, tsproxy / direct", ratio(UPLOAD, "mib_s", "direct"), 1.0, False),
+        Goal(f"{CHUNKS_COLD} MiB/s, tsproxy / direct", ratio(CHUNKS_COLD, "mib_s", "direct"), 1.0, False),
+        Goal(f"{RANDOM_COLD} MiB/s, tsproxy / direct", ratio(RANDOM_COLD, "mib_s", "direct"), 0.8, False),
     ]
     goals += [
         Goal(f"{scenario} MiB/s, tsproxy / rclone", ratio(scenario, "mib_s", "rclone"), 3.0, False)
@@ -789,9 +831,14 @@ def run_system(
     random_count: int,
     report: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Every scenario against one system, in order: upload; cold, then warm sequential 1 MiB fetches;
-    cold 4 MiB chunk reads; cold random 1 MiB fetches. `report` gets each row as it is measured."""
+    """Every scenario against one system, in order: a multipart upload with one part in flight, then
+    with four; one 64 MiB PutObject; cold, then warm sequential 1 MiB fetches (of the four-in-flight
+    upload's object); cold 4 MiB chunk reads; cold random 1 MiB fetches. `report` gets each row as it is
+    measured."""
+    serial = measure_upload(system, weed, key + ".serial", segment.data, concurrency=1)
+    report({**serial.row(system.name, UPLOAD_SERIAL), "parts": -(-segment.size // PART_BYTES)})
     report(measure_upload(system, weed, key, segment.data).row(system.name, UPLOAD))
+    report(measure_put(system, weed, key + ".put", segment.data[:PUT_BYTES]).row(system.name, PUT))
     system.go_cold()
     sequential = consumer_fetches(segment)
     report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_COLD))

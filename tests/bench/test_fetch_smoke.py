@@ -11,10 +11,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from fetch_support import READ_SCENARIOS, SCENARIOS, UPLOAD
+from fetch_support import READ_SCENARIOS, SCENARIOS, UPLOAD, UPLOAD_SCENARIOS, UPLOAD_SERIAL
 
 ROOT = Path(__file__).resolve().parents[2]
-FIELDS = {"system", "scenario", "mib_s", "p50_ms", "p99_ms", "backend_gets_per_mib", "backend_bytes_ratio"}
+FIELDS = {
+    "system",
+    "scenario",
+    "mib_s",
+    "vs_direct",
+    "p50_ms",
+    "p99_ms",
+    "backend_gets_per_mib",
+    "backend_bytes_ratio",
+    "backend_requests",
+}
 
 pytestmark = [pytest.mark.slow, pytest.mark.seaweed]
 
@@ -38,7 +48,9 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     keys = [(r["system"], r["scenario"]) for r in rows]
     assert sorted(keys) == sorted((s, sc) for s in ("tsproxy", "direct") for sc in SCENARIOS)
     for row in rows:
-        assert set(row) == FIELDS, row
+        assert set(row) - {"parts"} == FIELDS, row
+        assert _finite(row["vs_direct"]) > 0
+        assert _finite(row["backend_requests"]) >= 0
         assert _finite(row["mib_s"]) > 0
         assert _finite(row["p50_ms"]) > 0
         assert _finite(row["p99_ms"]) >= row["p50_ms"]
@@ -50,7 +62,10 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         direct = by[("direct", scenario)]
         assert direct["backend_gets_per_mib"] > 0
         assert direct["backend_bytes_ratio"] == pytest.approx(1.0, abs=0.01)
-    assert by[("direct", UPLOAD)]["backend_bytes_ratio"] == pytest.approx(1.0, abs=0.01)
+    for scenario in UPLOAD_SCENARIOS:
+        assert by[("direct", scenario)]["backend_bytes_ratio"] == pytest.approx(1.0, abs=0.01)
+    # One part of 8 MiB: create, the part and complete reach SeaweedFS straight from the client.
+    assert by[("direct", UPLOAD_SERIAL)]["backend_requests"] == by[("direct", UPLOAD_SERIAL)]["parts"] + 2
     # tsproxy stores its upload and reads from the backend whenever its cache was emptied.
     assert by[("tsproxy", UPLOAD)]["backend_bytes_ratio"] > 0
     for scenario in (s for s in READ_SCENARIOS if "cold" in s):
@@ -61,6 +76,6 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     assert "| system | scenario | mib_s |" in table
     assert sum(line.startswith(("| tsproxy ", "| direct ")) for line in table.splitlines()) == len(rows)
     goals = [line.strip() for line in table.split("Goals:", 1)[1].splitlines() if line.strip()]
-    assert len(goals) == 4 + len(READ_SCENARIOS)
+    assert len(goals) == 9 + len(READ_SCENARIOS)
     assert all(g.startswith(("PASS", "FAIL")) for g in goals if "rclone" not in g)
     assert all(g.startswith("n/a") for g in goals if "rclone" in g)
