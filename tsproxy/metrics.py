@@ -12,6 +12,7 @@ import platform
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from tsproxy import __version__
+from tsproxy.s3.operations import Operation
 
 # A counter's `_created` series doubles every counter in a scrape and no panel or alert reads it.
 disable_created_metrics()
@@ -20,31 +21,7 @@ disable_created_metrics()
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # S3 operations the server knows; primed so that every (operation, status class) series exists.
-OPERATIONS = (
-    "ListBuckets",
-    "CreateBucket",
-    "HeadBucket",
-    "DeleteBucket",
-    "GetBucketLocation",
-    "GetBucketVersioning",
-    "ListObjectVersions",
-    "ListObjectsV2",
-    "ListObjects",
-    "HeadObject",
-    "GetObject",
-    "PutObject",
-    "CopyObject",
-    "DeleteObject",
-    "DeleteObjects",
-    "CreateMultipartUpload",
-    "UploadPart",
-    "UploadPartCopy",
-    "CompleteMultipartUpload",
-    "AbortMultipartUpload",
-    "ListParts",
-    "ListMultipartUploads",
-    "Unknown",
-)
+OPERATIONS = tuple(op.value for op in Operation)
 BACKEND_OPERATIONS = (
     "GetObject",
     "HeadObject",

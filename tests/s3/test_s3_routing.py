@@ -163,10 +163,10 @@ def test_legacy_bucket_names_stay_reachable_but_cannot_be_created() -> None:
 def test_virtual_hosted_style() -> None:
     suffixes = ("s3.local", "localhost")
     assert r("GET", "/a/b", host="my-bucket.s3.local:9000", suffixes=suffixes) == S3Request(
-        "GetObject", "my-bucket", "a/b"
+        "GetObject", "my-bucket", "a/b", host_bucket=True
     )
     assert r("GET", "/", host="my-bucket.s3.local", suffixes=suffixes) == S3Request(
-        "ListObjects", "my-bucket", None
+        "ListObjects", "my-bucket", None, host_bucket=True
     )
     assert r("GET", "/", {"list-type": "2"}, host="b.c.localhost", suffixes=suffixes).bucket == "b.c"
     assert r("GET", "/bucket/key", host="MINE.S3.LOCAL.", suffixes=suffixes).bucket == "mine"

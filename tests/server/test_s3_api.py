@@ -385,9 +385,9 @@ def test_slow_completion_keeps_the_connection_alive(
     proxy: RunningProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A completion that takes a while answers 200 early, as S3 does; boto3 must read the result."""
-    from tsproxy import server
+    from tsproxy.server import multipart
 
-    monkeypatch.setattr(server, "COMPLETE_KEEPALIVE_AFTER", 0.0)
+    monkeypatch.setattr(multipart, "COMPLETE_KEEPALIVE_AFTER", 0.0)
     s3 = proxy.client()
     parts = [os.urandom(5 * 1024 * 1024), b"end"]
     uid = s3.create_multipart_upload(Bucket=bucket, Key="slow")["UploadId"]

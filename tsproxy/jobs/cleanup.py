@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsproxy.objects import Namespace
+from tsproxy.service import Namespace
 
 from .engine import ROWS_DIR, opened_backend
 from .options import JobOptions

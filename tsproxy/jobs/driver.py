@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tsproxy.objects import Namespace
+from tsproxy.service import Namespace
 from tsproxy.store.base import Backend, UploadInfo
 
 from .listing import list_keys

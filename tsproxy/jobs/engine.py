@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from tsproxy.errors import S3Error
 from tsproxy.format import KeyRing
-from tsproxy.objects import Namespace, ObjectService
+from tsproxy.service import Namespace, ObjectService
 from tsproxy.store.base import Backend, RequestObserver
 
 from .options import JobOptions

@@ -19,7 +19,7 @@ import pyarrow as pa
 from tsproxy import errors
 from tsproxy.errors import ConfigError, FormatError, KeyNotFound
 from tsproxy.format import KeyRing, ObjectContext
-from tsproxy.objects import UploadState
+from tsproxy.service import UploadState
 
 from .driver import Listing, list_bucket, output_dir, write_json
 from .engine import JobRun, ObjectJob, Tally, TaskEnv, describe, opened_backend, run_job

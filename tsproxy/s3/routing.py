@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
 from tsproxy import errors
-
-MAX_KEY_BYTES = 1024
+from tsproxy.s3.limits import MAX_KEY_BYTES
+from tsproxy.s3.operations import Operation
 
 
 class InvalidURI(errors.S3Error):
@@ -29,9 +29,10 @@ class InvalidURI(errors.S3Error):
 class S3Request:
     """The S3 operation a request asks for, with its bucket and (decoded) key when it has them."""
 
-    operation: str
+    operation: Operation
     bucket: str | None
     key: str | None
+    host_bucket: bool = False  # the Host header named the bucket (virtual-hosted style)
 
 
 # Subresources S3 knows; those not routed below are answered 501.
@@ -83,7 +84,7 @@ def _decode(raw: str) -> str:
 def _check_key(key: str) -> None:
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise errors.KeyTooLongError(
-            Size=str(len(key.encode("utf-8", "surrogatepass"))), MaxSizeAllowed="1024"
+            Size=str(len(key.encode("utf-8", "surrogatepass"))), MaxSizeAllowed=str(MAX_KEY_BYTES)
         )
 
 
@@ -120,6 +121,7 @@ def route(
     if not path.startswith("/"):
         raise InvalidURI()
     bucket = _host_bucket(host, virtual_host_suffixes)
+    virtual = bucket is not None
     if bucket is not None:
         raw_key = path[1:]
     else:
@@ -129,23 +131,27 @@ def route(
 
     if bucket is None:
         if method in ("GET", "HEAD"):
-            return S3Request("ListBuckets", None, None)
+            return S3Request(Operation.LIST_BUCKETS, None, None)
         raise errors.MethodNotAllowed(Method=method, ResourceType="SERVICE")
     check_bucket_name(bucket, strict=method == "PUT" and key is None and not (SUBRESOURCES & set(query)))
     subresources = set(SUBRESOURCES & set(query)) - _PLAIN
     if key is None:
-        return S3Request(_bucket_operation(method, subresources, query), bucket, None)
+        return S3Request(_bucket_operation(method, subresources, query), bucket, None, virtual)
     _check_key(key)
-    return S3Request(_object_operation(method, subresources, query, headers), bucket, key)
+    return S3Request(_object_operation(method, subresources, query, headers), bucket, key, virtual)
 
 
 _BUCKET_READS = {
-    "location": "GetBucketLocation",
-    "versioning": "GetBucketVersioning",
-    "versions": "ListObjectVersions",
-    "uploads": "ListMultipartUploads",
+    "location": Operation.GET_BUCKET_LOCATION,
+    "versioning": Operation.GET_BUCKET_VERSIONING,
+    "versions": Operation.LIST_OBJECT_VERSIONS,
+    "uploads": Operation.LIST_MULTIPART_UPLOADS,
 }
-_BUCKET_SIMPLE = {"HEAD": "HeadBucket", "PUT": "CreateBucket", "DELETE": "DeleteBucket"}
+_BUCKET_SIMPLE = {
+    "HEAD": Operation.HEAD_BUCKET,
+    "PUT": Operation.CREATE_BUCKET,
+    "DELETE": Operation.DELETE_BUCKET,
+}
 
 
 def _unsupported(subresources: set[str]) -> errors.S3Error:
@@ -153,16 +159,16 @@ def _unsupported(subresources: set[str]) -> errors.S3Error:
     return errors.NotImplemented_(f"tsproxy does not implement the {names} subresource.", Subresource=names)
 
 
-def _bucket_operation(method: str, sub: set[str], query: Mapping[str, str]) -> str:
+def _bucket_operation(method: str, sub: set[str], query: Mapping[str, str]) -> Operation:
     sub = sub - {"uploadId"}  # meaningless on a bucket; S3 ignores it
     if method == "GET":
         if len(sub) == 1 and (name := next(iter(sub))) in _BUCKET_READS:
             return _BUCKET_READS[name]
         if sub:
             raise _unsupported(sub)
-        return "ListObjectsV2" if query.get("list-type") == "2" else "ListObjects"
+        return Operation.LIST_OBJECTS_V2 if query.get("list-type") == "2" else Operation.LIST_OBJECTS
     if method == "POST" and sub == {"delete"}:
-        return "DeleteObjects"
+        return Operation.DELETE_OBJECTS
     if sub:
         raise _unsupported(sub)
     if method in _BUCKET_SIMPLE:
@@ -174,27 +180,27 @@ def _bucket_operation(method: str, sub: set[str], query: Mapping[str, str]) -> s
 
 def _object_operation(
     method: str, sub: set[str], query: Mapping[str, str], headers: Mapping[str, str]
-) -> str:
+) -> Operation:
     upload = "uploadId" in query
     copy = any(name.lower() == "x-amz-copy-source" for name in headers)
     allowed = {"uploadId"} | ({"uploads"} if method == "POST" else set())
     if sub - allowed:
         raise _unsupported(sub - allowed)
     if method == "GET":
-        return "ListParts" if upload else "GetObject"
+        return Operation.LIST_PARTS if upload else Operation.GET_OBJECT
     if method == "HEAD":
-        return "HeadObject"
+        return Operation.HEAD_OBJECT
     if method == "PUT":
         if upload:
-            return "UploadPartCopy" if copy else "UploadPart"
-        return "CopyObject" if copy else "PutObject"
+            return Operation.UPLOAD_PART_COPY if copy else Operation.UPLOAD_PART
+        return Operation.COPY_OBJECT if copy else Operation.PUT_OBJECT
     if method == "DELETE":
-        return "AbortMultipartUpload" if upload else "DeleteObject"
+        return Operation.ABORT_MULTIPART_UPLOAD if upload else Operation.DELETE_OBJECT
     if method == "POST":
         if upload:
-            return "CompleteMultipartUpload"
+            return Operation.COMPLETE_MULTIPART_UPLOAD
         if "uploads" in query:
-            return "CreateMultipartUpload"
+            return Operation.CREATE_MULTIPART_UPLOAD
     raise errors.MethodNotAllowed(Method=method, ResourceType="OBJECT")
 
 

@@ -1,0 +1,269 @@
+"""A running tsproxy: what it holds (config, backend, key ring, cache, object service, metrics), its
+start and stop, key ring reloads, and `run`, which serves until told to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tsproxy import errors
+from tsproxy.cache.chunks import ChunkCache
+from tsproxy.cache.reader import ChunkReader
+from tsproxy.config import Config
+from tsproxy.format import KeyRing, TransformSettings
+from tsproxy.metrics import Metrics
+from tsproxy.server.dispatch import create_app
+from tsproxy.server.ops import create_metrics_app
+from tsproxy.service import Namespace, ObjectService
+from tsproxy.store import open_backend
+from tsproxy.store.base import Backend
+
+log = logging.getLogger("tsproxy.server")
+NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})
+
+
+class Proxy:
+    """Everything a running server holds: config, backend, key ring, cache, object service, metrics."""
+
+    def __init__(
+        self, cfg: Config, *, backend: Backend | None = None, metrics: Metrics | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.metrics = metrics or Metrics()
+        self.secrets: Mapping[str, str] = {c.access_key: c.secret_key for c in cfg.credentials}
+        threads = cfg.transform_threads or max(2, os.cpu_count() or 2)
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="transform")
+        self.io_executor = ThreadPoolExecutor(4, thread_name_prefix="cache-io")
+        self.backend = backend or _open_backend(cfg, self.metrics)
+        self.keyring: KeyRing | None = None
+        self.cache: ChunkCache | None = None
+        self.reader: ChunkReader | None = None
+        self.service: ObjectService | None = None
+        self.ready = False
+        self.draining = False
+        self.uploads_in_flight = 0
+        self._ring_stamp: tuple[int, int, int] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        if cfg.encryption and cfg.key_ring is not None:
+            self._ring_stamp = _file_stamp(cfg.key_ring)
+            self.keyring = await asyncio.to_thread(_load_keyring, cfg)
+            self.metrics.key_ring_loaded(self.keyring.ids(), self.keyring.active_id)
+        await self.backend.start()
+        if cfg.cache_dir is not None:
+            cache_key = (
+                self.keyring.derive_key("chunk cache") if (cfg.cache_encrypt and self.keyring) else None
+            )
+            self.cache = await asyncio.to_thread(
+                ChunkCache,
+                cfg.cache_dir,
+                cfg.cache_size,
+                encryption_key=cache_key,
+                executor=self.io_executor,
+                metrics=self.metrics,
+            )
+        self.reader = ChunkReader(
+            self.cache,
+            self.executor,
+            prefetch_bytes=cfg.prefetch,
+            memory_bytes=cfg.memory_cache_size,
+            metrics=self.metrics,
+        )
+        settings = TransformSettings(
+            chunk_size=cfg.chunk_size,
+            compression=cfg.compression,  # type: ignore[arg-type]  # validated by config
+            level=cfg.compression_level,
+            encryption=cfg.encryption,
+        )
+        self.service = ObjectService(
+            self.backend,
+            self.keyring,
+            settings,
+            self.reader,
+            self.executor,
+            namespace=Namespace(cfg.backend_bucket, cfg.backend_prefix),
+            metrics=self.metrics,
+            part_size=cfg.backend_part_size,
+            metadata_ttl=cfg.metadata_ttl,
+        )
+        if cfg.local_backend:
+            await _ensure_local_root(cfg)
+        if self.keyring is not None and cfg.key_ring_check > 0:
+            self._watcher = asyncio.get_running_loop().create_task(self.watch_keyring())
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        if self.reader is not None:
+            await self.reader.close()
+        await self.backend.close()
+        if self.cache is not None:
+            await asyncio.to_thread(self.cache.close)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.io_executor.shutdown(wait=False, cancel_futures=True)
+
+    async def reload_keyring(self, *, only_if_changed: bool = False) -> bool:
+        """Read the key ring file again and use it from now on; True when a new ring is in use.
+
+        The rotation steps (add, activate, remove) then need no restart: a Kubernetes Secret update
+        or a SIGHUP is enough. A file that fails to load leaves the ring in use untouched (logged and
+        counted). The chunk cache's at-rest key stays the one derived at startup.
+        """
+        path = self.cfg.key_ring
+        if not self.cfg.encryption or path is None or self.service is None:
+            return False
+        stamp = _file_stamp(path)
+        if only_if_changed and stamp == self._ring_stamp:
+            return False
+        try:
+            ring = await asyncio.to_thread(KeyRing.load, path)
+        except (errors.KeyRingError, OSError) as e:
+            if stamp != self._ring_stamp or not only_if_changed:
+                why = {"fields": {"reason": str(e)}}
+                log.error("key ring not reloaded, keeping the one in use", extra=why)
+                self.metrics.key_ring_reloads.labels("error").inc()
+            self._ring_stamp = stamp  # one complaint per change of the file, not one per check
+            return False
+        self._ring_stamp = stamp
+        old = self.keyring
+        self.keyring = ring
+        self.service.replace_keyring(ring)
+        self.metrics.key_ring_reloads.labels("ok").inc()
+        self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
+        log.info(
+            "key ring reloaded",
+            extra={
+                "fields": {
+                    "keys": ",".join(ring.ids()),
+                    "active": ring.active_id,
+                    "previous_active": old.active_id if old is not None else None,
+                }
+            },
+        )
+        return True
+
+    async def watch_keyring(self) -> None:
+        """Look at the key ring file every key_ring_check seconds; reload it when it changed."""
+        interval = self.cfg.key_ring_check
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.reload_keyring(only_if_changed=True)
+            except Exception:  # never let the watcher die silently
+                log.exception("key ring check failed")
+
+    @property
+    def objects(self) -> ObjectService:
+        assert self.service is not None, "server not started"
+        return self.service
+
+
+def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
+    def on_request(
+        op: str, outcome: str, seconds: float, retries: int, bytes_in: int, bytes_out: int
+    ) -> None:
+        # A missing key is an answer, not a failure: clients look up objects that may not exist.
+        if outcome in NOT_FOUND:
+            outcome = "not_found"
+        metrics.backend_requests.labels(op, outcome).inc()
+        metrics.backend_seconds.labels(op).observe(seconds)
+        if retries:
+            metrics.backend_retries.labels(op).inc(retries)
+        metrics.backend_bytes_in.inc(bytes_in)
+        metrics.backend_bytes_out.inc(bytes_out)
+
+    if cfg.local_backend:
+        return open_backend("file://" + str(cfg.backend_path().resolve()), on_request=on_request)
+    return open_backend(
+        cfg.backend,
+        region=cfg.backend_region,
+        path_style=cfg.backend_path_style,
+        part_size=cfg.backend_part_size,
+        access_key=cfg.backend_access_key,
+        secret_key=cfg.backend_secret_key,
+        max_attempts=cfg.backend_max_attempts,
+        on_request=on_request,
+    )
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file is replaced or rewritten (follows symlinks, as Secret volumes use)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _load_keyring(cfg: Config) -> KeyRing:
+    assert cfg.key_ring is not None
+    if cfg.dev_mode and not cfg.key_ring.exists():
+        ring = KeyRing.new()
+        cfg.key_ring.parent.mkdir(parents=True, exist_ok=True)
+        ring.save(cfg.key_ring)
+        log.warning("generated a development key ring", extra={"fields": {"path": str(cfg.key_ring)}})
+        return ring
+    return KeyRing.load(cfg.key_ring)
+
+
+async def _ensure_local_root(cfg: Config) -> None:
+    await asyncio.to_thread(cfg.backend_path().mkdir, parents=True, exist_ok=True)
+
+
+async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then drain: stop accepting, let in-flight requests finish (grace)."""
+    proxy = Proxy(cfg)
+    await proxy.start()
+    runners = []
+    try:
+        main = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=cfg.shutdown_grace)
+        await main.setup()
+        await web.TCPSite(main, cfg.listen[0], cfg.listen[1], reuse_address=True).start()
+        runners.append(main)
+        if cfg.metrics_listen is not None:
+            side = web.AppRunner(create_metrics_app(proxy), access_log=None)
+            await side.setup()
+            await web.TCPSite(side, cfg.metrics_listen[0], cfg.metrics_listen[1], reuse_address=True).start()
+            runners.append(side)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        background: set[asyncio.Task[Any]] = set()
+
+        def on_hup() -> None:
+            task = loop.create_task(proxy.reload_keyring())
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+        log.info(
+            "listening",
+            extra={"fields": {"listen": f"{cfg.listen[0]}:{cfg.listen[1]}", "backend": cfg.backend}},
+        )
+        if ready is not None:
+            ready()
+        await stop.wait()
+        log.info("shutting down", extra={"fields": {"grace_seconds": cfg.shutdown_grace}})
+        proxy.draining = True
+        proxy.ready = False
+        # AppRunner.cleanup stops listening, then waits up to shutdown_timeout for in-flight handlers.
+        await main.cleanup()
+    finally:
+        for r in reversed(runners):
+            await r.cleanup()
+        await proxy.stop()

@@ -1,0 +1,183 @@
+"""Every S3 request takes one path: route -> verify the signature -> the operation's handler -> response.
+
+Any S3Error becomes S3's XML error; anything unexpected becomes a 500 InternalError with a request id,
+logged with its traceback, never shown to the client. Every request is counted and access-logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+
+from tsproxy import errors
+from tsproxy.logs import redact
+from tsproxy.s3 import ranges, xml
+from tsproxy.s3.auth import authenticate
+from tsproxy.s3.operations import Operation
+from tsproxy.s3.routing import route
+from tsproxy.server import buckets, listing, multipart, object_handlers
+from tsproxy.server.exchange import Exchange, Handler, Served
+from tsproxy.service import INTERNAL
+
+log = logging.getLogger("tsproxy.server")
+access_log = logging.getLogger("tsproxy.access")
+
+# Every operation routing can name, and the handler that serves it.
+HANDLERS: dict[Operation, Handler] = {
+    Operation.LIST_BUCKETS: buckets.list_buckets,
+    Operation.CREATE_BUCKET: buckets.create_bucket,
+    Operation.HEAD_BUCKET: buckets.head_bucket,
+    Operation.DELETE_BUCKET: buckets.delete_bucket,
+    Operation.GET_BUCKET_LOCATION: buckets.get_bucket_location,
+    Operation.GET_BUCKET_VERSIONING: buckets.get_bucket_versioning,
+    Operation.LIST_OBJECTS_V2: listing.list_objects_v2,
+    Operation.LIST_OBJECTS: listing.list_objects_v1,
+    Operation.LIST_OBJECT_VERSIONS: listing.list_object_versions,
+    Operation.HEAD_OBJECT: object_handlers.head_object,
+    Operation.GET_OBJECT: object_handlers.get_object,
+    Operation.PUT_OBJECT: object_handlers.put_object,
+    Operation.COPY_OBJECT: object_handlers.copy_object,
+    Operation.DELETE_OBJECT: object_handlers.delete_object,
+    Operation.DELETE_OBJECTS: object_handlers.delete_objects,
+    Operation.CREATE_MULTIPART_UPLOAD: multipart.create_multipart_upload,
+    Operation.UPLOAD_PART: multipart.upload_part,
+    Operation.UPLOAD_PART_COPY: multipart.upload_part_copy,
+    Operation.COMPLETE_MULTIPART_UPLOAD: multipart.complete_multipart_upload,
+    Operation.ABORT_MULTIPART_UPLOAD: multipart.abort_multipart_upload,
+    Operation.LIST_PARTS: multipart.list_parts,
+    Operation.LIST_MULTIPART_UPLOADS: multipart.list_multipart_uploads,
+}
+# Writes refused while the server drains for shutdown.
+_WRITES = frozenset(
+    {Operation.PUT_OBJECT, Operation.UPLOAD_PART, Operation.CREATE_MULTIPART_UPLOAD, Operation.COPY_OBJECT}
+)
+
+
+def _split_target(raw: str) -> tuple[str, str]:
+    path, _, query = raw.partition("?")
+    return path or "/", query
+
+
+def _query(raw_query: str) -> dict[str, str]:
+    return dict(parse_qsl(raw_query, keep_blank_values=True))
+
+
+def _error_response(err: errors.S3Error, resource: str, request_id: str, method: str) -> web.Response:
+    body = b"" if method == "HEAD" else xml.error_xml(err, resource, request_id)
+    headers = {"x-amz-request-id": request_id}
+    if err.status == 503:
+        headers["Retry-After"] = "1"
+    if isinstance(err, errors.InvalidRange) and "ActualObjectSize" in err.fields:
+        headers["Content-Range"] = ranges.unsatisfied_range(int(err.fields["ActualObjectSize"]))
+    return web.Response(body=body, status=err.status, content_type="application/xml", headers=headers)
+
+
+async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
+    """Serve one S3 request: route, authenticate, run its handler, answer S3's error on failure."""
+    metrics = proxy.metrics
+    request_id = secrets.token_hex(8).upper()
+    started = time.monotonic()
+    raw_path, raw_query = _split_target(request.raw_path)
+    op = Operation.UNKNOWN
+    ex: Exchange | None = None
+    response: web.StreamResponse | None = None
+    error_code = ""
+    metrics.in_flight.inc()
+    try:
+        try:
+            query = _query(raw_query)
+            s3 = route(
+                request.method,
+                request.headers.get("Host", ""),
+                raw_path,
+                query,
+                request.headers,
+                proxy.cfg.virtual_host_suffixes,
+            )
+            op = s3.operation
+            if s3.key is not None and (s3.key.startswith(INTERNAL) or s3.key == INTERNAL.rstrip("/")):
+                raise errors.AccessDenied("Keys under .tsproxy/ are reserved.")
+            auth = authenticate(
+                request.method,
+                raw_path,
+                raw_query,
+                request.headers,
+                proxy.secrets.get,
+                datetime.now(UTC),
+                host_bucket=s3.bucket if s3.host_bucket else None,
+                allow_anonymous=proxy.cfg.anonymous,
+                max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
+            )
+            if proxy.draining and op in _WRITES:
+                raise errors.ServiceUnavailable("tsproxy is shutting down.")
+            ex = Exchange(
+                request, s3, query, auth, request_id, proxy.objects, proxy.metrics, proxy.cfg.region
+            )
+            response = await HANDLERS[op](ex)
+        except errors.S3Error as e:
+            error_code = e.code
+            if e.status >= 500:
+                log.warning(
+                    "request failed",
+                    extra={"fields": {"request_id": request_id, "code": e.code, "error": str(e)}},
+                )
+            response = _error_response(e, raw_path, request_id, request.method)
+        except (errors.FormatError, errors.KeyNotFound) as e:
+            # Stored data that cannot be read is our problem, not the client's: 500, never bytes.
+            error_code = "InternalError"
+            metrics.integrity_errors.inc()
+            log.error(
+                "stored object unreadable", extra={"fields": {"request_id": request_id, "error": repr(e)}}
+            )
+            response = _error_response(errors.InternalError(), raw_path, request_id, request.method)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            error_code = "InternalError"
+            log.exception("unexpected error", extra={"fields": {"request_id": request_id, "operation": op}})
+            response = _error_response(errors.InternalError(), raw_path, request_id, request.method)
+        response.headers.setdefault("x-amz-request-id", request_id)
+        response.headers.setdefault("x-amz-id-2", request_id)
+        response.headers["Server"] = "tsproxy"
+        return response
+    finally:
+        metrics.in_flight.dec()
+        elapsed = time.monotonic() - started
+        # A handler that raised past us (a cut connection) sent nothing we know of: count it as a 500.
+        status = str(response.status) if response is not None else "500"
+        metrics.requests.labels(op, status).inc()
+        metrics.request_seconds.labels(op).observe(elapsed)
+        fields: dict[str, Any] = {
+            "request_id": request_id,
+            "remote": request.remote,
+            "method": request.method,
+            "path": raw_path,
+            "query": redact(raw_query),
+            "operation": op.value,
+            "status": int(status) if status.isdigit() else status,
+            "duration_ms": round(elapsed * 1000, 2),
+            "user_agent": request.headers.get("User-Agent", ""),
+        }
+        if ex is not None:
+            fields.update(access_key=ex.auth.access_key, bytes_in=ex.bytes_in, bytes_out=ex.bytes_out)
+        if error_code:
+            fields["error"] = error_code
+        access_log.info("request", extra={"fields": fields})
+
+
+def create_app(proxy: Served) -> web.Application:
+    """The S3 application (one handler takes every path; routing is S3's, not aiohttp's)."""
+    app = web.Application(client_max_size=1 << 20, handler_args={"max_field_size": 65536})
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        return await handle(proxy, request)
+
+    app.router.add_route("*", "/{tail:.*}", serve)
+    return app

@@ -1,0 +1,60 @@
+"""Buckets: a backend bucket each, or a prefix each inside one backend bucket (see namespace)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tsproxy import errors
+from tsproxy.service.listing import ListingOps
+from tsproxy.service.namespace import INTERNAL
+
+
+class BucketOps(ListingOps):
+    """List, create and delete buckets (a bucket must be empty to go)."""
+
+    # -- buckets ---------------------------------------------------------------------------------
+
+    async def list_buckets(self) -> list[tuple[str, datetime]]:
+        if not self.ns.mapped:
+            return await self.backend.list_buckets()
+        assert self.ns.backend_bucket is not None
+        page = await self.backend.list(
+            self.ns.backend_bucket, prefix=self.ns.backend_prefix, delimiter="/", max_keys=1000
+        )
+        names = [p[len(self.ns.backend_prefix) :].rstrip("/") for p in page.common_prefixes]
+        return [(n, datetime.fromtimestamp(0, UTC)) for n in names if n]
+
+    async def create_bucket(self, bucket: str) -> None:
+        if not self.ns.mapped:
+            await self.backend.create_bucket(bucket)
+            return
+        marker = self.ns.internal(bucket, "bucket")
+        try:
+            await self.backend.head(marker.bucket, marker.key)
+        except errors.NoSuchKey:
+            await self.backend.put(marker.bucket, marker.key, b"")
+            return
+        raise errors.BucketAlreadyOwnedByYou(BucketName=bucket)
+
+    async def delete_bucket(self, bucket: str) -> None:
+        root = self.ns.root(bucket)
+        await self.head_bucket(bucket)
+        page = await self.list_objects(bucket, max_keys=1)
+        if page.objects or page.common_prefixes:
+            raise errors.BucketNotEmpty(BucketName=bucket)
+        # Drop internal leftovers (aborted uploads' state) before the bucket itself.
+        internal = self.ns.internal(bucket, "")
+        while True:
+            inner = await self.backend.list(internal.bucket, prefix=internal.key, max_keys=1000)
+            keys = [
+                o.key for o in inner.objects if not (self.ns.mapped and o.key.endswith(INTERNAL + "bucket"))
+            ]
+            if keys:
+                await self.backend.delete_many(internal.bucket, keys)
+            if not inner.is_truncated or not keys:
+                break
+        if self.ns.mapped:
+            marker = self.ns.internal(bucket, "bucket")
+            await self.backend.delete(marker.bucket, marker.key)
+        else:
+            await self.backend.delete_bucket(root.bucket)

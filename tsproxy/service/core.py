@@ -1,0 +1,177 @@
+"""The shared core of the object service (backend, key ring, settings, CPU pool, caches) and its helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from tsproxy import errors
+from tsproxy.cache.reader import ChunkReader
+from tsproxy.format import (
+    KeyRing,
+    TransformSettings,
+)
+from tsproxy.metrics import Metrics
+from tsproxy.service.namespace import Namespace
+from tsproxy.service.records import (
+    StoredObject,
+    UploadState,
+)
+from tsproxy.store.base import Backend
+
+log = logging.getLogger("tsproxy.service")
+
+FEED_SIZE = 1 << 20  # payload bytes handed to the encoder per executor call
+# Objects whose stored form fits in this are buffered whole, so that their backend metadata can carry
+# the size and ETag (HEAD and listings then need no extra GET).
+SMALL_OBJECT = 8 << 20
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class TtlCache(Generic[K, V]):
+    """A small LRU with expiry, for manifests and listing summaries (bounded in entries)."""
+
+    def __init__(self, max_entries: int, ttl: float) -> None:
+        self._data: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self.max_entries, self.ttl = max_entries, ttl
+
+    def get(self, key: K) -> V | None:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        expires, value = item
+        if self.ttl and expires < time.monotonic():
+            del self._data[key]
+            return None
+        self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = (time.monotonic() + self.ttl, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        self._data.pop(key, None)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+
+def encode_meta_value(value: str) -> str:
+    # Backend user metadata must be ASCII; percent-encode anything else (and '%' itself).
+    return quote(value, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+async def bounded_gather(limit: int, items: Sequence[T], fn: Callable[[T], Awaitable[Any]]) -> list[Any]:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(item: T) -> Any:
+        async with sem:
+            return await fn(item)
+
+    return await asyncio.gather(*(one(i) for i in items))
+
+
+class ServiceCore:
+    """What every part of the object service shares: the backend, the key ring, the transform settings,
+    the chunk reader, the CPU pool and the metadata caches."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        keyring: KeyRing | None,
+        settings: TransformSettings,
+        reader: ChunkReader,
+        executor: Executor,
+        *,
+        namespace: Namespace | None = None,
+        metrics: Metrics | None = None,
+        part_size: int = 25 << 20,
+        metadata_ttl: float = 5.0,
+    ) -> None:
+        self.backend = backend
+        self.keyring = keyring
+        self.settings = settings
+        self.reader = reader
+        self.executor = executor
+        self.ns = namespace or Namespace()
+        self.metrics = metrics
+        self.part_size = part_size
+        # (bucket, key) -> resolved object; revalidated after metadata_ttl. Local writes invalidate at once.
+        self._objects: TtlCache[tuple[str, str], StoredObject] = TtlCache(4096, metadata_ttl)
+        # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
+        self._summaries: TtlCache[tuple[str, str, str], tuple[int, str]] = TtlCache(100_000, 0)
+        self._uploads: TtlCache[str, UploadState] = TtlCache(1024, 0)
+
+    def replace_keyring(self, keyring: KeyRing) -> None:
+        """Use another key ring from now on (after a reload).
+
+        New objects are wrapped under its active KEK. Objects resolved under the old ring are resolved
+        again, so a key removed from the ring stops reading at once rather than after metadata_ttl.
+        """
+        self.keyring = keyring
+        self._objects.clear()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    async def _cpu(self, direction: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run CPU work (zstd, AES, hashing) in the bounded pool, counting its thread CPU time."""
+        metrics = self.metrics
+
+        def timed() -> T:
+            start = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                if metrics is not None:
+                    metrics.transform_cpu_seconds.labels(direction).inc(time.thread_time() - start)
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
+
+    def invalidate(self, bucket: str, key: str) -> None:
+        self._objects.pop((bucket, key))
+
+    async def head_bucket(self, bucket: str) -> None:
+        if not self.ns.mapped:
+            await self.backend.head_bucket(bucket)
+            return
+        marker = self.ns.internal(bucket, "bucket")
+        try:
+            await self.backend.head(marker.bucket, marker.key)
+        except errors.NoSuchKey:
+            raise errors.NoSuchBucket(BucketName=bucket) from None
+
+
+async def buffer_head(stream: AsyncIterator[bytes], limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """Read up to `limit` bytes; return (bytes, None) if the stream ended, else (head, rest of stream)."""
+    buf = bytearray()
+    async for piece in stream:
+        buf += piece
+        if len(buf) >= limit:
+            return bytes(buf), stream
+    return bytes(buf), None
+
+
+async def chain(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if head:
+        yield head
+    async for piece in rest:
+        yield piece
+
+
+async def quietly(aw: Awaitable[Any]) -> None:
+    try:
+        await aw
+    except Exception:  # cleanup must never hide the error that caused it
+        log.warning("cleanup failed", exc_info=True)

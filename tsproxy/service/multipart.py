@@ -1,0 +1,220 @@
+"""Multipart uploads: each client part a segment of its own, kept in the reserved namespace until done."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
+
+from tsproxy import errors
+from tsproxy.format import (
+    ObjectContext,
+    SegmentInfo,
+    build_manifest,
+    encode_tail,
+)
+from tsproxy.s3.limits import MAX_PARTS, MIN_PART_SIZE
+from tsproxy.service.core import (
+    bounded_gather,
+    encode_meta_value,
+    quietly,
+)
+from tsproxy.service.namespace import Location
+from tsproxy.service.records import (
+    ByteRange,
+    PartRecord,
+    StoredObject,
+    UploadState,
+)
+from tsproxy.service.writes import WriteOps
+from tsproxy.store.base import ObjectInfo
+
+
+class UploadOps(WriteOps):
+    """Create, fill, list, complete and abort multipart uploads."""
+
+    # -- multipart uploads -----------------------------------------------------------------------
+
+    def _upload_loc(self, bucket: str, upload_id: str, name: str = "") -> Location:
+        return self.ns.internal(bucket, f"mpu/{upload_id}/{name}")
+
+    async def create_upload(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        content_type: str | None,
+        metadata: Mapping[str, str],
+        headers: Mapping[str, str],
+    ) -> str:
+        await self.head_bucket(bucket)
+        ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
+        upload_id = secrets.token_urlsafe(24)
+        state = UploadState(
+            upload_id,
+            key,
+            ctx.to_state(),
+            self.settings,
+            content_type,
+            dict(metadata),
+            dict(headers),
+            datetime.now(UTC),
+        )
+        loc = self._upload_loc(bucket, upload_id, "state")
+        await self.backend.put(
+            loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": encode_meta_value(key)}
+        )
+        self._uploads.put(upload_id, state)
+        return upload_id
+
+    async def _upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
+        state = self._uploads.get(upload_id)
+        if state is None:
+            if not upload_id or "/" in upload_id or len(upload_id) > 128:
+                raise errors.NoSuchUpload(UploadId=upload_id)
+            loc = self._upload_loc(bucket, upload_id, "state")
+            try:
+                _, data = await self.backend.get_bytes(loc.bucket, loc.key)
+            except errors.NoSuchKey:
+                raise errors.NoSuchUpload(UploadId=upload_id) from None
+            state = UploadState.from_bytes(data)
+            self._uploads.put(upload_id, state)
+        if key is not None and state.key != key:
+            raise errors.NoSuchUpload(UploadId=upload_id)
+        return state
+
+    async def upload_part(
+        self, bucket: str, key: str, upload_id: str, part_no: int, payload: AsyncIterable[bytes | memoryview]
+    ) -> PartRecord:
+        """Transform one client part as its own segment and keep it until the upload completes."""
+        if not 1 <= part_no <= MAX_PARTS:
+            raise errors.InvalidArgument(
+                "Part number must be an integer between 1 and 10000, inclusive", ArgumentName="partNumber"
+            )
+        state = await self._upload_state(bucket, key, upload_id)
+        ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
+        # A resent part goes to a fresh data object; the .info written after it switches over atomically.
+        data_loc = self._upload_loc(bucket, upload_id, f"{part_no:05d}-{secrets.token_hex(8)}")
+        result: dict[str, SegmentInfo] = {}
+
+        async def stored() -> AsyncIterator[bytes]:
+            async for item in self._encode(ctx, state.settings, part_no, payload, object_start=part_no == 1):
+                if isinstance(item, SegmentInfo):
+                    result["segment"] = item
+                else:
+                    yield item
+
+        info = await self.backend.put(data_loc.bucket, data_loc.key, stored())
+        seg = result["segment"]
+        record = PartRecord(part_no, seg.md5.hex(), seg.original_size, data_loc.key, seg, info.last_modified)
+        info_loc = self._upload_loc(bucket, upload_id, f"{part_no:05d}.info")
+        try:
+            await self.backend.put(info_loc.bucket, info_loc.key, record.to_bytes())
+        except BaseException:
+            await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
+            raise
+        return record
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[UploadState, list[PartRecord]]:
+        state = await self._upload_state(bucket, key, upload_id)
+        prefix = self._upload_loc(bucket, upload_id)
+        infos: list[ObjectInfo] = []
+        token: str | None = None
+        while True:
+            page = await self.backend.list(prefix.bucket, prefix=prefix.key, token=token, max_keys=1000)
+            infos += [o for o in page.objects if o.key.endswith(".info")]
+            if not page.is_truncated:
+                break
+            token = page.next_token
+
+        async def load(o: ObjectInfo) -> PartRecord:
+            _, data = await self.backend.get_bytes(prefix.bucket, o.key)
+            return PartRecord.from_bytes(data, o.last_modified)
+
+        records = await bounded_gather(16, infos, load)
+        return state, sorted(records, key=lambda r: r.part_no)
+
+    async def complete_upload(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> StoredObject:
+        """Build the final object from the listed parts, in order; the upload's state is removed after."""
+        if not parts:
+            raise errors.MalformedXML()
+        state, records = await self.list_parts(bucket, key, upload_id)
+        by_no = {r.part_no: r for r in records}
+        chosen: list[PartRecord] = []
+        for i, (no, etag) in enumerate(parts):
+            record = by_no.get(no)
+            if record is None or record.etag != etag.strip('"'):
+                raise errors.InvalidPart(UploadId=upload_id, PartNumber=str(no), ETag=etag)
+            if i < len(parts) - 1 and record.size < MIN_PART_SIZE:
+                raise errors.EntityTooSmall(
+                    ProposedSize=str(record.size),
+                    MinSizeAllowed=str(MIN_PART_SIZE),
+                    PartNumber=str(no),
+                    ETag=etag,
+                )
+            chosen.append(record)
+        ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
+        etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
+        manifest = build_manifest(
+            ctx,
+            state.settings,
+            [r.segment for r in chosen],
+            etag=etag,
+            md5=None,
+            content_type=state.content_type,
+            metadata=state.metadata,
+            headers=state.headers,
+        )
+        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        root = self.ns.root(bucket)
+        pieces = [
+            ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
+            for r in chosen
+            if r.segment.stored_size
+        ]
+        dst = self.ns.object(bucket, key)
+        meta = manifest.backend_metadata(len(tail))
+        info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+        self.invalidate(bucket, key)
+        await quietly(self._drop_upload(bucket, upload_id))
+        return StoredObject.written(dst, info, manifest, ctx, meta)
+
+    async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        await self._upload_state(bucket, key, upload_id)
+        await self._drop_upload(bucket, upload_id)
+
+    async def _drop_upload(self, bucket: str, upload_id: str) -> None:
+        self._uploads.pop(upload_id)
+        prefix = self._upload_loc(bucket, upload_id)
+        while True:
+            page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=1000)
+            keys = [o.key for o in page.objects]
+            if keys:
+                await self.backend.delete_many(prefix.bucket, keys)
+            if not page.is_truncated or not keys:
+                break
+
+    async def list_uploads(self, bucket: str, prefix: str = "") -> list[UploadState]:
+        await self.head_bucket(bucket)
+        root = self._upload_loc(bucket, "").key.rstrip("/") + "/"
+        loc_bucket = self.ns.root(bucket).bucket
+        ids: list[str] = []
+        token: str | None = None
+        while True:
+            page = await self.backend.list(loc_bucket, prefix=root, delimiter="/", token=token, max_keys=1000)
+            ids += [p[len(root) :].rstrip("/") for p in page.common_prefixes]
+            if not page.is_truncated:
+                break
+            token = page.next_token
+
+        async def load(upload_id: str) -> UploadState | None:
+            try:
+                return await self._upload_state(bucket, None, upload_id)
+            except errors.NoSuchUpload:
+                return None
+
+        states = [s for s in await bounded_gather(16, ids, load) if s is not None]
+        return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))

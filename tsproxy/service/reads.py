@@ -1,0 +1,119 @@
+"""Reading objects: resolve a key to a stored object (HEAD and its tail), stream its original bytes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from urllib.parse import unquote
+
+from tsproxy import errors
+from tsproxy.format import (
+    TRAILER_SIZE,
+    decode_tail,
+    tail_length,
+)
+from tsproxy.format.manifest import META_FORMAT
+from tsproxy.format.manifest import META_TAIL_LENGTH as META_TAIL
+from tsproxy.service.core import (
+    ServiceCore,
+)
+from tsproxy.service.namespace import Location
+from tsproxy.service.records import (
+    ObjectChanged,
+    StoredObject,
+)
+from tsproxy.store.base import ObjectInfo
+
+
+class ReadOps(ServiceCore):
+    """Resolve and read objects."""
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    async def resolve(self, bucket: str, key: str) -> StoredObject:
+        """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent."""
+        cached = self._objects.get((bucket, key))
+        if cached is not None:
+            if self.metrics is not None:
+                self.metrics.manifest_cache.labels("hit").inc()
+            return cached
+        if self.metrics is not None:
+            self.metrics.manifest_cache.labels("miss").inc()
+        loc = self.ns.object(bucket, key)
+        for attempt in range(3):
+            try:
+                info = await self.backend.head(loc.bucket, loc.key)
+            except errors.NoSuchKey:
+                # A HEAD's 404 has no body to tell a missing key from a missing bucket: ask.
+                await self.head_bucket(bucket)
+                raise errors.NoSuchKey(Key=key) from None
+            try:
+                obj = await self._load(loc, info)
+            except errors.PreconditionFailed:
+                # Overwritten between our HEAD and the read of its tail: look again.
+                if attempt == 2:
+                    raise errors.ServiceUnavailable("The object keeps changing; try again.") from None
+                continue
+            if self._objects.ttl > 0:
+                self._objects.put((bucket, key), obj)
+            return obj
+        raise AssertionError("unreachable")
+
+    async def _load(self, loc: Location, info: ObjectInfo) -> StoredObject:
+        meta = dict(info.metadata)
+        if META_FORMAT not in meta:
+            user = {k: unquote(v) for k, v in meta.items()}
+            return StoredObject(
+                loc,
+                info.size,
+                info.etag,
+                info.last_modified,
+                info.content_type,
+                user,
+                {},
+                info.etag,
+                backend_metadata=meta,
+            )
+        tail_len = int(meta[META_TAIL]) if meta.get(META_TAIL, "").isdigit() else 0
+        if tail_len <= TRAILER_SIZE or tail_len > info.size:
+            _, trailer = await self.backend.get_bytes(
+                loc.bucket, loc.key, -TRAILER_SIZE, None, if_match=info.etag
+            )
+            tail_len = tail_length(trailer)
+        _, tail = await self.backend.get_bytes(loc.bucket, loc.key, -tail_len, None, if_match=info.etag)
+        manifest, ctx = await self._cpu("read", decode_tail, tail, self.keyring)
+        return StoredObject.written(loc, info, manifest, ctx, meta)
+
+    def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes | memoryview]:
+        """The original bytes first..last (inclusive) of a resolved object, streamed.
+
+        ObjectChanged when the object was overwritten since it was resolved: resolve it again.
+        """
+        if obj.manifest is None or obj.ctx is None:
+            return self._read_passthrough(obj, first, last)
+        loc, etag = obj.loc, obj.backend_etag
+
+        async def fetch(start: int, end: int) -> bytes:
+            try:
+                _, data = await self.backend.get_bytes(loc.bucket, loc.key, start, end - 1, if_match=etag)
+            except errors.PreconditionFailed:
+                raise ObjectChanged(f"{loc.bucket}/{loc.key} changed while it was read") from None
+            if len(data) != end - start:
+                raise errors.InternalError("short read from the backend")
+            return data
+
+        return self.reader.read(obj.manifest, obj.ctx, fetch, first, last)
+
+    async def _read_passthrough(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
+        if obj.size == 0:
+            return
+        try:
+            reader = await self.backend.get(
+                obj.loc.bucket, obj.loc.key, first, last, if_match=obj.backend_etag
+            )
+        except errors.PreconditionFailed:
+            raise ObjectChanged(f"{obj.loc.bucket}/{obj.loc.key} changed while it was read") from None
+        try:
+            async for piece in reader:
+                yield piece
+        finally:
+            await reader.close()

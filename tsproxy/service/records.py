@@ -1,0 +1,169 @@
+"""What the object service hands out and keeps: resolved objects, listings, multipart state, byte ranges."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tsproxy import errors
+from tsproxy.format import (
+    Manifest,
+    ObjectContext,
+    SegmentInfo,
+    TransformSettings,
+)
+from tsproxy.service.namespace import Location
+from tsproxy.store.base import ObjectInfo
+
+
+class ObjectChanged(errors.TsproxyError):
+    """The backend object was replaced after it was resolved; its chunks belong to another version."""
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as the client sees it, plus what is needed to read it."""
+
+    loc: Location
+    size: int
+    etag: str  # unquoted, as the client knows it
+    last_modified: datetime
+    content_type: str | None
+    metadata: Mapping[str, str]
+    headers: Mapping[str, str]
+    backend_etag: str
+    manifest: Manifest | None = None  # None: passthrough (not written by tsproxy)
+    ctx: ObjectContext | None = None
+    backend_metadata: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def passthrough(self) -> bool:
+        return self.manifest is None
+
+    @classmethod
+    def written(
+        cls,
+        loc: Location,
+        info: ObjectInfo,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        backend_metadata: Mapping[str, str],
+    ) -> StoredObject:
+        """A tsproxy object: what the client sees comes from its manifest, the rest from the backend."""
+        return cls(
+            loc,
+            manifest.size,
+            manifest.etag,
+            info.last_modified,
+            manifest.content_type,
+            dict(manifest.metadata),
+            dict(manifest.headers),
+            info.etag,
+            manifest,
+            ctx,
+            backend_metadata,
+        )
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime
+
+
+@dataclass(frozen=True)
+class ListedPage:
+    objects: list[ListedObject]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_token: str | None
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    """One uploaded part of a multipart upload (the state kept in its `.info` object)."""
+
+    part_no: int
+    etag: str
+    size: int
+    data_key: str
+    segment: SegmentInfo
+    last_modified: datetime
+
+    def to_bytes(self) -> bytes:
+        head = json.dumps({"part": self.part_no, "etag": self.etag, "size": self.size, "data": self.data_key})
+        return head.encode() + b"\n" + self.segment.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, last_modified: datetime) -> PartRecord:
+        head, _, seg = data.partition(b"\n")
+        fields = json.loads(head)
+        return cls(
+            fields["part"],
+            fields["etag"],
+            fields["size"],
+            fields["data"],
+            SegmentInfo.from_bytes(seg),
+            last_modified,
+        )
+
+
+@dataclass(frozen=True)
+class UploadState:
+    """A multipart upload in progress: what CreateMultipartUpload decided, kept in the backend."""
+
+    upload_id: str
+    key: str
+    ctx_state: bytes
+    settings: TransformSettings
+    content_type: str | None
+    metadata: dict[str, str]
+    headers: dict[str, str]
+    initiated: datetime
+
+    def to_bytes(self) -> bytes:
+        s = self.settings
+        return json.dumps(
+            {
+                "upload_id": self.upload_id,
+                "key": self.key,
+                "ctx": base64.b64encode(self.ctx_state).decode(),
+                "settings": [s.chunk_size, s.compression, s.level, s.encryption],
+                "content_type": self.content_type,
+                "metadata": self.metadata,
+                "headers": self.headers,
+                "initiated": self.initiated.isoformat(),
+            }
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> UploadState:
+        f = json.loads(data)
+        chunk_size, compression, level, encryption = f["settings"]
+        return cls(
+            f["upload_id"],
+            f["key"],
+            base64.b64decode(f["ctx"]),
+            TransformSettings(
+                chunk_size=chunk_size, compression=compression, level=level, encryption=encryption
+            ),
+            f["content_type"],
+            f["metadata"],
+            f["headers"],
+            datetime.fromisoformat(f["initiated"]),
+        )
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """An inclusive byte range of a backend object, to become part of an assembled object."""
+
+    loc: Location
+    first: int
+    last: int
+    etag: str | None = None  # the source version the range must come from (None: any)

@@ -1,0 +1,285 @@
+"""Writing objects: PutObject through the transform, delete, server-side copy and assembly, rewrap."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from tsproxy import errors
+from tsproxy.format import (
+    ObjectContext,
+    SegmentEncoder,
+    SegmentInfo,
+    TransformSettings,
+    build_manifest,
+    encode_tail,
+)
+from tsproxy.format import rewrap as rewrap_manifest
+from tsproxy.format.manifest import META_FORMAT, META_SIZE
+from tsproxy.s3.limits import MAX_PARTS, MIN_PART_SIZE
+from tsproxy.service.core import (
+    FEED_SIZE,
+    SMALL_OBJECT,
+    buffer_head,
+    chain,
+    encode_meta_value,
+    quietly,
+)
+from tsproxy.service.namespace import Location
+from tsproxy.service.reads import ReadOps
+from tsproxy.service.records import (
+    ByteRange,
+    StoredObject,
+)
+from tsproxy.store.base import ObjectInfo
+
+
+class WriteOps(ReadOps):
+    """Store, copy, delete and rewrap objects."""
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def _encode(
+        self,
+        ctx: ObjectContext,
+        settings: TransformSettings,
+        segment_no: int,
+        payload: AsyncIterable[bytes | memoryview],
+        *,
+        object_start: bool = True,
+    ) -> AsyncIterator[bytes | SegmentInfo]:
+        """Transform a payload stream into stored chunks; the last item yielded is the SegmentInfo.
+
+        object_start: the payload is the start of the object (PutObject, part 1), so the `auto`
+        compression probe looks for a Kafka batch at its first byte rather than anywhere near its start.
+        """
+        encoder = SegmentEncoder(ctx, settings, segment_no, object_start=object_start)
+        pending = bytearray()
+        original = stored = 0
+        async for piece in payload:
+            pending += piece
+            if len(pending) >= FEED_SIZE:
+                batch, pending = bytes(pending), bytearray()
+                original += len(batch)
+                for chunk in await self._cpu("store", encoder.feed, batch):
+                    stored += len(chunk)
+                    yield chunk
+        if pending:
+            original += len(pending)
+            for chunk in await self._cpu("store", encoder.feed, bytes(pending)):
+                stored += len(chunk)
+                yield chunk
+        for chunk in await self._cpu("store", encoder.finish):
+            stored += len(chunk)
+            yield chunk
+        if self.metrics is not None:
+            self.metrics.transform_original_bytes.inc(original)
+            self.metrics.transform_stored_bytes.inc(stored)
+        yield encoder.info
+
+    async def put(
+        self,
+        bucket: str,
+        key: str,
+        payload: AsyncIterable[bytes],
+        *,
+        content_type: str | None,
+        metadata: Mapping[str, str],
+        headers: Mapping[str, str],
+        size_hint: int | None = None,
+        etag: str | None = None,
+    ) -> StoredObject:
+        """Store a whole object from a payload stream (PutObject). Nothing is visible unless it completes.
+
+        `etag` keeps a given ETag instead of the payload's MD5 (migrating an object keeps the ETag its
+        clients already saw).
+        """
+        loc = self.ns.object(bucket, key)
+        settings = self.settings
+        ctx = await self._cpu("store", ObjectContext.new, settings, self.keyring)
+        result: dict[str, Any] = {}
+
+        async def stored() -> AsyncIterator[bytes]:
+            async for item in self._encode(ctx, settings, 1, payload):
+                if isinstance(item, SegmentInfo):
+                    result["segment"] = item
+                else:
+                    yield item
+            seg: SegmentInfo = result["segment"]
+            manifest = build_manifest(
+                ctx,
+                settings,
+                [seg],
+                etag=etag or seg.md5.hex(),
+                md5=seg.md5,
+                content_type=content_type,
+                metadata=metadata,
+                headers=headers,
+            )
+            tail = await self._cpu("store", encode_tail, manifest, ctx)
+            result["manifest"], result["tail"] = manifest, len(tail)
+            yield tail
+
+        # Small objects are buffered whole so their backend metadata can carry size and ETag; larger
+        # ones stream, and the size/ETag are found in their tail (HEAD then costs one ranged GET).
+        buffered, stream = await buffer_head(stored(), min(self.part_size, SMALL_OBJECT))
+        if stream is None:
+            manifest = result["manifest"]
+            meta = manifest.backend_metadata(result["tail"])
+            info = await self.backend.put(
+                loc.bucket, loc.key, buffered, metadata=meta, content_type=content_type
+            )
+        else:
+            meta = {META_FORMAT: "1"}
+            if size_hint is not None:
+                meta[META_SIZE] = str(size_hint)
+            info = await self.backend.put(
+                loc.bucket, loc.key, chain(buffered, stream), metadata=meta, content_type=content_type
+            )
+            manifest = result["manifest"]
+        self.invalidate(bucket, key)
+        return StoredObject.written(loc, info, manifest, ctx, meta)
+
+    async def delete(self, bucket: str, key: str) -> None:
+        loc = self.ns.object(bucket, key)
+        self.invalidate(bucket, key)
+        await self.backend.delete(loc.bucket, loc.key)
+
+    async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
+        for key in keys:
+            self.invalidate(bucket, key)
+        root = self.ns.root(bucket)
+        failures = await self.backend.delete_many(root.bucket, [root.key + k for k in keys])
+        return [(k[len(root.key) :], code, msg) for k, code, msg in failures]
+
+    async def copy(
+        self,
+        src: StoredObject,
+        bucket: str,
+        key: str,
+        *,
+        replace: bool,
+        content_type: str | None,
+        metadata: Mapping[str, str],
+        headers: Mapping[str, str],
+    ) -> StoredObject:
+        """CopyObject, server-side: the stored bytes are never downloaded unless part sizes require it."""
+        dst = self.ns.object(bucket, key)
+        if src.manifest is None or src.ctx is None:
+            meta = {k: encode_meta_value(v) for k, v in metadata.items()} if replace else None
+            info = await self.backend.copy(
+                src.loc.bucket,
+                src.loc.key,
+                dst.bucket,
+                dst.key,
+                metadata=meta,
+                content_type=content_type if replace else None,
+            )
+            self.invalidate(bucket, key)
+            return await self.resolve(bucket, key) if info is None else await self._load(dst, info)
+        manifest, ctx = src.manifest, src.ctx
+        if replace:
+            manifest = manifest.replace(
+                content_type=content_type, metadata=dict(metadata), headers=dict(headers)
+            )
+        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        pieces = (
+            [ByteRange(src.loc, 0, manifest.data_size - 1, src.backend_etag)] if manifest.data_size else []
+        )
+        info = await self.assemble(
+            dst,
+            pieces,
+            tail,
+            manifest.backend_metadata(len(tail)),
+            manifest.content_type,
+        )
+        self.invalidate(bucket, key)
+        return StoredObject.written(dst, info, manifest, ctx, manifest.backend_metadata(len(tail)))
+
+    async def assemble(
+        self,
+        dst: Location,
+        pieces: Sequence[ByteRange],
+        tail: bytes,
+        metadata: Mapping[str, str],
+        content_type: str | None,
+    ) -> ObjectInfo:
+        """Build one backend object from byte ranges of others plus a tail, server-side where possible.
+
+        Ranges of at least the backend's minimum part size become UploadPartCopy parts; smaller ones are
+        gathered (bounded by the part size) and uploaded, so compressed parts that shrank below the
+        minimum never cause EntityTooSmall. The tail always ends the last part.
+        """
+        min_part = getattr(self.backend, "min_part_size", MIN_PART_SIZE)
+        upload_id = await self.backend.create_multipart(
+            dst.bucket, dst.key, metadata=metadata, content_type=content_type
+        )
+        parts: list[tuple[int, str]] = []
+        total = sum(p.last - p.first + 1 for p in pieces) + len(tail)
+        # Gathered parts only a little above the minimum keep memory low; a big object needs bigger ones
+        # to stay within S3's 10,000 parts.
+        gather = min(self.part_size, max(min_part, -(-total // (MAX_PARTS - 100))))
+
+        async def upload(data: bytearray) -> None:
+            etag = await self.backend.upload_part(dst.bucket, dst.key, upload_id, len(parts) + 1, data)
+            parts.append((len(parts) + 1, etag))
+
+        try:
+            spool = bytearray()
+            for piece in pieces:
+                if len(spool) >= min_part:
+                    await upload(spool)
+                    spool = bytearray()
+                size = piece.last - piece.first + 1
+                if not spool and size >= min_part:
+                    etag = await self.backend.upload_part_copy(
+                        dst.bucket,
+                        dst.key,
+                        upload_id,
+                        len(parts) + 1,
+                        piece.loc.bucket,
+                        piece.loc.key,
+                        piece.first,
+                        piece.last,
+                        src_etag=piece.etag,
+                    )
+                    parts.append((len(parts) + 1, etag))
+                    continue
+                reader = await self.backend.get(
+                    piece.loc.bucket, piece.loc.key, piece.first, piece.last, if_match=piece.etag
+                )
+                try:
+                    async for data in reader:
+                        spool += data
+                        if len(spool) >= gather:
+                            await upload(spool)
+                            spool = bytearray()
+                finally:
+                    await reader.close()
+            spool += tail
+            await upload(spool)
+            return await self.backend.complete_multipart(dst.bucket, dst.key, upload_id, parts)
+        except BaseException:
+            await quietly(self.backend.abort_multipart(dst.bucket, dst.key, upload_id))
+            raise
+
+    async def rewrap(self, bucket: str, key: str) -> bool:
+        """Wrap the object's data key with the active KEK, rewriting only its tail (server-side copy of the
+        data where the backend's part rules allow). Returns False when there was nothing to do."""
+        if self.keyring is None:
+            raise errors.InvalidRequest("rewrap needs a key ring")
+        obj = await self.resolve(bucket, key)
+        if obj.manifest is None or obj.ctx is None or not obj.manifest.encrypted:
+            return False
+        if obj.manifest.kek_id == self.keyring.active_id:
+            return False
+        manifest, ctx = await self._cpu("store", rewrap_manifest, obj.manifest, obj.ctx, self.keyring)
+        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        pieces = (
+            [ByteRange(obj.loc, 0, manifest.data_size - 1, obj.backend_etag)] if manifest.data_size else []
+        )
+        await self.assemble(
+            obj.loc, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type
+        )
+        self.invalidate(bucket, key)
+        return True
