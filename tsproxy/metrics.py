@@ -165,6 +165,18 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.catalog_lookups = Counter(
+            "tsproxy_catalog_lookups_total",
+            "Listed objects answered from the size catalog (hit) or by a HEAD (miss).",
+            ["result"],
+            registry=r,
+        )
+        self.catalog_events = Counter(
+            "tsproxy_catalog_events_total",
+            "Size catalog activity by event (flush, flush_error, compaction, damaged).",
+            ["event"],
+            registry=r,
+        )
         self.key_ring_reloads = Counter(
             "tsproxy_key_ring_reloads_total",
             "Key ring reloads after the file changed or on SIGHUP, by outcome (ok, error).",
@@ -213,6 +225,9 @@ class Metrics:
             self.cache_requests.labels(result)
             self.cache_bytes.labels(result)
             self.manifest_cache.labels(result)
+            self.catalog_lookups.labels(result)
+        for event in ("flush", "flush_error", "compaction", "damaged"):
+            self.catalog_events.labels(event)
         for state in ("issued", "used", "wasted"):
             self.prefetch_chunks.labels(state)
         for outcome in ("ok", "error"):

@@ -24,10 +24,13 @@ from tsproxy.metrics import Metrics
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
 from tsproxy.service import Namespace, ObjectService
+from tsproxy.service.catalog import CATALOG_DIR, SizeCatalog
 from tsproxy.store import open_backend
 from tsproxy.store.base import Backend
 
 log = logging.getLogger("tsproxy.server")
+
+CATALOG_CLOSE_TIMEOUT = 10.0  # seconds a stop waits for the size catalog's last flush
 NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})
 
 
@@ -48,6 +51,7 @@ class Proxy:
         self.cache: ChunkCache | None = None
         self.reader: ChunkReader | None = None
         self.service: ObjectService | None = None
+        self.catalog: SizeCatalog | None = None
         self.ready = False
         self.draining = False
         self.uploads_in_flight = 0
@@ -86,16 +90,27 @@ class Proxy:
             level=cfg.compression_level,
             encryption=cfg.encryption,
         )
+        namespace = Namespace(cfg.backend_bucket, cfg.backend_prefix)
+
+        def catalog_home(bucket: str) -> tuple[str, str]:
+            home = namespace.internal(bucket, CATALOG_DIR)
+            return home.bucket, home.key
+
+        self.catalog = SizeCatalog(
+            self.backend, catalog_home, on_event=lambda e: self.metrics.catalog_events.labels(e).inc()
+        )
+        self.catalog.start()
         self.service = ObjectService(
             self.backend,
             self.keyring,
             settings,
             self.reader,
             self.executor,
-            namespace=Namespace(cfg.backend_bucket, cfg.backend_prefix),
+            namespace=namespace,
             metrics=self.metrics,
             part_size=cfg.backend_part_size,
             metadata_ttl=cfg.metadata_ttl,
+            catalog=self.catalog,
         )
         if cfg.local_backend:
             await _ensure_local_root(cfg)
@@ -110,6 +125,12 @@ class Proxy:
             await asyncio.gather(self._watcher, return_exceptions=True)
         if self.reader is not None:
             await self.reader.close()
+        if self.catalog is not None:
+            # What was written since the last flush, for other instances; bounded, the store may be down.
+            try:
+                await asyncio.wait_for(self.catalog.close(), CATALOG_CLOSE_TIMEOUT)
+            except TimeoutError:
+                log.warning("size catalog not flushed at stop: the object store did not answer in time")
         await self.backend.close()
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)

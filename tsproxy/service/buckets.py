@@ -42,7 +42,9 @@ class BucketOps(ListingOps):
         page = await self.list_objects(bucket, max_keys=1)
         if page.objects or page.common_prefixes:
             raise errors.BucketNotEmpty(BucketName=bucket)
-        # Drop internal leftovers (aborted uploads' state) before the bucket itself.
+        # Drop internal leftovers (aborted uploads' state, size catalog) before the bucket itself.
+        if self.catalog is not None:
+            self.catalog.forget(bucket)
         internal = self.ns.internal(bucket, "")
         while True:
             inner = await self.backend.list(internal.bucket, prefix=internal.key, max_keys=1000)

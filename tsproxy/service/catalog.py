@@ -38,6 +38,9 @@ from tsproxy.store.base import Backend
 
 log = logging.getLogger("tsproxy.catalog")
 
+# Where a client bucket's catalog objects live, under its reserved namespace.
+CATALOG_DIR = "catalog/"
+
 # A tombstone is kept through compactions this long: records written before the delete but flushed
 # after it (at most a flush interval late, or a retried flush) still meet it.
 TOMBSTONE_KEEP_MS = 3600 * 1000
@@ -113,6 +116,10 @@ class SizeCatalog:
         if len(state.pending) >= self.flush_records:
             self._wake.set()
 
+    def forget(self, bucket: str) -> None:
+        """Drop what is kept of a bucket that is being deleted, so no flush writes into it again."""
+        self._buckets.pop(bucket, None)
+
     def start(self) -> None:
         """Flush in the background from now on."""
         if self._flusher is None:
@@ -142,6 +149,9 @@ class SizeCatalog:
             batch, state.pending = state.pending, []
             try:
                 name = await self._put(bucket, batch)
+            except errors.NoSuchBucket:
+                self._buckets.pop(bucket, None)  # deleted meanwhile: its records have nothing to describe
+                continue
             except Exception as e:  # the backend may be down: keep the records and try again later
                 state.pending[:0] = batch
                 self.on_event("flush_error")

@@ -17,13 +17,15 @@ from tsproxy.format import (
     KeyRing,
     TransformSettings,
 )
+from tsproxy.format.catalog import CatalogRecord
 from tsproxy.metrics import Metrics
+from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.namespace import Namespace
 from tsproxy.service.records import (
     StoredObject,
     UploadState,
 )
-from tsproxy.store.base import Backend
+from tsproxy.store.base import Backend, ObjectInfo
 
 log = logging.getLogger("tsproxy.service")
 
@@ -99,6 +101,7 @@ class ServiceCore:
         metrics: Metrics | None = None,
         part_size: int = 25 << 20,
         metadata_ttl: float = 5.0,
+        catalog: SizeCatalog | None = None,
     ) -> None:
         self.backend = backend
         self.keyring = keyring
@@ -113,6 +116,8 @@ class ServiceCore:
         # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
         self._summaries: TtlCache[tuple[str, str, str], tuple[int, str]] = TtlCache(100_000, 0)
         self._uploads: TtlCache[str, UploadState] = TtlCache(1024, 0)
+        # What this instance writes, for listings by any instance (None: every listing HEADs instead).
+        self.catalog = catalog
 
     def replace_keyring(self, keyring: KeyRing) -> None:
         """Use another key ring from now on (after a reload).
@@ -141,6 +146,20 @@ class ServiceCore:
 
     def invalidate(self, bucket: str, key: str) -> None:
         self._objects.pop((bucket, key))
+
+    def cataloged(self, bucket: str, key: str, info: ObjectInfo, obj: StoredObject) -> StoredObject:
+        """Note a completed write in the size catalog (listings then need no HEAD for it); returns `obj`."""
+        if self.catalog is not None and not obj.passthrough:
+            modified_ms = int(info.last_modified.timestamp() * 1000)
+            record = CatalogRecord(key, info.etag, info.size, obj.size, obj.etag, modified_ms)
+            self.catalog.wrote(bucket, record)
+        return obj
+
+    def uncataloged(self, bucket: str, keys: Sequence[str]) -> None:
+        """Note deletes through tsproxy, so the keys' records are retired for every instance."""
+        if self.catalog is not None:
+            for key in keys:
+                self.catalog.deleted(bucket, key)
 
     async def head_bucket(self, bucket: str) -> None:
         if not self.ns.mapped:

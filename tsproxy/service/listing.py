@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 from tsproxy import errors
+from tsproxy.format.catalog import CatalogIndex
 from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
 from tsproxy.service.core import (
     bounded_gather,
@@ -14,6 +17,8 @@ from tsproxy.service.records import (
     ListedPage,
 )
 from tsproxy.store.base import ListPage, ObjectInfo
+
+log = logging.getLogger("tsproxy.service")
 
 
 class ListingOps(ReadOps):
@@ -44,17 +49,44 @@ class ListingOps(ReadOps):
         )
         visible = [(o, self.ns.client_key(bucket, o.key)) for o in page.objects]
         entries = [(o, k) for o, k in visible if k is not None]
-        summaries = await bounded_gather(16, [o for o, _ in entries], lambda o: self._summary(root.bucket, o))
-        objects = [
-            ListedObject(k, size, etag, o.last_modified)
-            for (o, k), (size, etag) in zip(entries, summaries, strict=True)
-        ]
+        index = await self._catalog_index(bucket) if entries else None
+        summaries: list[tuple[int, str] | None] = [None] * len(entries)
+        unknown = []
+        for i, (o, k) in enumerate(entries):
+            record = index.lookup(k, o.etag, o.size) if index is not None else None
+            if record is not None:
+                summaries[i] = (record.original_size, record.client_etag)
+            else:
+                unknown.append(i)
+        if self.metrics is not None and index is not None:
+            self.metrics.catalog_lookups.labels("hit").inc(len(entries) - len(unknown))
+            self.metrics.catalog_lookups.labels("miss").inc(len(unknown))
+        found = await bounded_gather(16, unknown, lambda i: self._summary(root.bucket, entries[i][0]))
+        for i, summary in zip(unknown, found, strict=True):
+            summaries[i] = summary
+        objects = []
+        for (o, k), summary in zip(entries, summaries, strict=True):
+            assert summary is not None
+            objects.append(ListedObject(k, summary[0], summary[1], o.last_modified))
         prefixes = []
         for p in page.common_prefixes:
             client = self.ns.client_key(bucket, p)
             if client is not None:
                 prefixes.append(client)
         return ListedPage(objects, prefixes, page.is_truncated, page.next_token)
+
+    async def _catalog_index(self, bucket: str) -> CatalogIndex | None:
+        """The bucket's size catalog, refreshed (rate-limited); None without one or when it can't be read.
+
+        A catalog that can't be read costs nothing but speed: every entry then falls back to a HEAD.
+        """
+        if self.catalog is None:
+            return None
+        try:
+            return await self.catalog.refresh(bucket)
+        except errors.S3Error as e:
+            log.warning("size catalog unavailable", extra={"fields": {"bucket": bucket, "error": str(e)}})
+            return None
 
     async def _summary(self, backend_bucket: str, listed: ObjectInfo) -> tuple[int, str]:
         cache_key = (backend_bucket, listed.key, listed.etag)

@@ -180,7 +180,7 @@ class UploadOps(WriteOps):
         info = await self.assemble(dst, pieces, tail, meta, state.content_type)
         self.invalidate(bucket, key)
         await quietly(self._drop_upload(bucket, upload_id))
-        return StoredObject.written(dst, info, manifest, ctx, meta)
+        return self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload_state(bucket, key, upload_id)

@@ -138,18 +138,21 @@ class WriteOps(ReadOps):
             )
             manifest = result["manifest"]
         self.invalidate(bucket, key)
-        return StoredObject.written(loc, info, manifest, ctx, meta)
+        return self.cataloged(bucket, key, info, StoredObject.written(loc, info, manifest, ctx, meta))
 
     async def delete(self, bucket: str, key: str) -> None:
         loc = self.ns.object(bucket, key)
         self.invalidate(bucket, key)
         await self.backend.delete(loc.bucket, loc.key)
+        self.uncataloged(bucket, [key])
 
     async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
         for key in keys:
             self.invalidate(bucket, key)
         root = self.ns.root(bucket)
         failures = await self.backend.delete_many(root.bucket, [root.key + k for k in keys])
+        failed = {backend_key for backend_key, _, _ in failures}
+        self.uncataloged(bucket, [k for k in keys if root.key + k not in failed])
         return [(k[len(root.key) :], code, msg) for k, code, msg in failures]
 
     async def copy(
@@ -194,7 +197,8 @@ class WriteOps(ReadOps):
             manifest.content_type,
         )
         self.invalidate(bucket, key)
-        return StoredObject.written(dst, info, manifest, ctx, manifest.backend_metadata(len(tail)))
+        stored = StoredObject.written(dst, info, manifest, ctx, manifest.backend_metadata(len(tail)))
+        return self.cataloged(bucket, key, info, stored)
 
     async def assemble(
         self,
@@ -278,8 +282,8 @@ class WriteOps(ReadOps):
         pieces = (
             [ByteRange(obj.loc, 0, manifest.data_size - 1, obj.backend_etag)] if manifest.data_size else []
         )
-        await self.assemble(
-            obj.loc, pieces, tail, manifest.backend_metadata(len(tail)), manifest.content_type
-        )
+        meta = manifest.backend_metadata(len(tail))
+        info = await self.assemble(obj.loc, pieces, tail, meta, manifest.content_type)
         self.invalidate(bucket, key)
+        self.cataloged(bucket, key, info, StoredObject.written(obj.loc, info, manifest, ctx, meta))
         return True

@@ -1,0 +1,161 @@
+"""Listings through a fresh instance use the size catalog other instances wrote, and are right regardless.
+
+Two real tsproxy servers share one backend (SeaweedFS, and the local directory): the writer stores
+objects of many sizes and stops (its stop flushes the catalog), then a fresh reader with empty caches lists
+them. Every size and ETag must be what was written, with far fewer backend requests than one HEAD per
+object; an overwrite by another instance, a delete and a passthrough object are listed right too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+from tests.server.conftest import start_proxy
+from tests.server.harness import RunningProxy
+from tsproxy.service.namespace import INTERNAL
+from tsproxy.store.local import LocalBackend
+
+COUNT = 40
+
+
+def _backend_requests(proxy: RunningProxy, operation: str | None = None) -> float:
+    total = 0.0
+    for metric in proxy.proxy.metrics.registry.collect():
+        if metric.name != "tsproxy_backend_requests":
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_total") and operation in (None, sample.labels["operation"]):
+                total += sample.value
+    return total
+
+
+def _listing(proxy: RunningProxy, bucket: str) -> dict[str, tuple[int, str]]:
+    s3 = proxy.client()
+    listed: dict[str, tuple[int, str]] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, PaginationConfig={"PageSize": 15}
+    ):
+        for o in page.get("Contents", []):
+            listed[o["Key"]] = (o["Size"], o["ETag"].strip('"'))
+    return listed
+
+
+@pytest.fixture(params=["local", "seaweed"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _instance(kind: str, tmp: Path, request: pytest.FixtureRequest, name: str) -> RunningProxy:
+    # One backend and key ring, a cache of its own: another instance, as after a reschedule.
+    return start_proxy(kind, tmp, request, cache_dir=str(tmp / f"cache-{name}"))
+
+
+def test_fresh_instance_lists_what_others_wrote_without_a_head_each(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    writer = _instance(kind, tmp_path, request, "writer")
+    expected: dict[str, tuple[int, str]] = {}
+    try:
+        s3 = writer.client()
+        s3.create_bucket(Bucket=bucket)
+        for i in range(COUNT):
+            body = os.urandom(i * 997 % 5000 + (300_000 if i % 10 == 0 else 0))
+            s3.put_object(Bucket=bucket, Key=f"seg/{i:04d}.log", Body=body)
+            expected[f"seg/{i:04d}.log"] = (len(body), hashlib.md5(body).hexdigest())
+        # A multipart object: its ETag is not an MD5 of the body.
+        uid = s3.create_multipart_upload(Bucket=bucket, Key="big/mp.bin")["UploadId"]
+        parts = [os.urandom(5 << 20), os.urandom(1234)]
+        etags = [
+            s3.upload_part(Bucket=bucket, Key="big/mp.bin", UploadId=uid, PartNumber=n + 1, Body=p)["ETag"]
+            for n, p in enumerate(parts)
+        ]
+        done = s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="big/mp.bin",
+            UploadId=uid,
+            MultipartUpload={"Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate(etags)]},
+        )
+        expected["big/mp.bin"] = (sum(map(len, parts)), done["ETag"].strip('"'))
+        s3.delete_object(Bucket=bucket, Key="seg/0003.log")
+        del expected["seg/0003.log"]
+    finally:
+        writer.stop()  # flushes the catalog
+
+    reader = _instance(kind, tmp_path, request, "reader")
+    try:
+        before = _backend_requests(reader)
+        heads_before = _backend_requests(reader, "HeadObject")
+        assert _listing(reader, bucket) == expected
+        requests = _backend_requests(reader) - before
+        heads = _backend_requests(reader, "HeadObject") - heads_before
+        assert heads == 0, f"{heads} HEADs for objects the catalog describes"
+        # List pages (3) plus the catalog's own LIST and GETs and a bucket check: a small constant.
+        assert requests <= 12, requests
+    finally:
+        reader.stop()
+
+
+def test_listing_is_right_whatever_the_catalog_missed(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Overwrites not yet in any catalog, deletes and objects tsproxy never wrote fall back to a HEAD."""
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    first = _instance(kind, tmp_path, request, "first")
+    try:
+        s3 = first.client()
+        s3.create_bucket(Bucket=bucket)
+        for i in range(6):
+            s3.put_object(Bucket=bucket, Key=f"k{i}", Body=b"x" * (100 + i))
+    finally:
+        first.stop()
+    second = _instance(kind, tmp_path, request, "second")
+    reader = _instance(kind, tmp_path, request, "reader")
+    try:
+        s3 = second.client()
+        s3.put_object(Bucket=bucket, Key="k1", Body=b"overwritten by another instance")
+        s3.delete_object(Bucket=bucket, Key="k2")
+        # Neither is flushed yet (second is still running with a 5 s interval): the reader cannot know.
+        _write_straight_to_backend(kind, tmp_path, request, bucket, "raw/outside", b"written past tsproxy")
+        listed = _listing(reader, bucket)
+        assert listed["k1"] == (31, hashlib.md5(b"overwritten by another instance").hexdigest())
+        assert "k2" not in listed
+        assert listed["k0"] == (100, hashlib.md5(b"x" * 100).hexdigest())
+        assert listed["raw/outside"] == (20, hashlib.md5(b"written past tsproxy").hexdigest())
+        assert not any(k.startswith(INTERNAL) for k in listed)
+    finally:
+        second.stop()
+        reader.stop()
+
+
+def _write_straight_to_backend(
+    kind: str, tmp: Path, request: pytest.FixtureRequest, bucket: str, key: str, body: bytes
+) -> None:
+    if kind == "seaweed":
+        weed = request.getfixturevalue("seaweed")
+        client = boto3.client(
+            "s3",
+            endpoint_url=weed.endpoint,
+            aws_access_key_id=weed.access_key,
+            aws_secret_access_key=weed.secret_key,
+            region_name="us-east-1",
+        )
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    else:
+        # Straight into the directory, through the backend itself rather than through tsproxy.
+        async def put() -> None:
+            backend = LocalBackend(tmp / "data")
+            await backend.start()
+            try:
+                await backend.put(bucket, key, body)
+            finally:
+                await backend.close()
+
+        asyncio.run(put())
