@@ -286,8 +286,19 @@ ROWS: list[Row] = [
                         share("tsproxy_manifest_cache_requests_total", 'result="hit"'),
                         "manifests",
                     ),
+                    Target(
+                        share("tsproxy_catalog_lookups_total", 'result="hit"'),
+                        "listed from catalog",
+                    ),
                 ],
                 unit="percentunit",
+            ),
+            Panel(
+                "Size catalog",
+                "Catalog flushes, compactions, failed flushes and damaged catalog objects per second. "
+                "Failures cost only speed: listings fall back to a HEAD per object.",
+                [Target(rate("tsproxy_catalog_events_total", by="event"), "{{event}}")],
+                unit="ops",
             ),
             Panel(
                 "Cache fill",
