@@ -47,6 +47,7 @@ TOMBSTONE_KEEP_MS = 3600 * 1000
 # A flush that keeps failing must not hold records forever: past this, the oldest go (they fall back to
 # a HEAD when listed).
 MAX_PENDING = 100_000
+LOAD_CONCURRENCY = 8  # catalog objects fetched at once by a refresh
 
 
 @dataclass
@@ -177,14 +178,23 @@ class SizeCatalog:
                 return state.index
             backend_bucket, prefix = self.where(bucket)
             names = await self._list_names(backend_bucket, prefix)
-            for name in names:
-                if name in state.index.loaded:
+            new = [name for name in names if name not in state.index.loaded]
+            sem = asyncio.Semaphore(LOAD_CONCURRENCY)
+
+            async def load(name: str) -> bytes | None:
+                async with sem:
+                    try:
+                        _, data = await self.backend.get_bytes(backend_bucket, prefix + name)
+                    except errors.NoSuchKey:
+                        return None  # compacted away by another instance since our LIST: its merge has them
+                    return data
+
+            # Fetched at once, merged in name (time) order, so a tombstone meets the records before it.
+            for name, data in zip(new, await asyncio.gather(*(load(n) for n in new)), strict=True):
+                if data is None:
                     continue
                 try:
-                    _, data = await self.backend.get_bytes(backend_bucket, prefix + name)
                     state.index.add(decode_catalog(data))
-                except errors.NoSuchKey:
-                    continue  # compacted away by another instance since our LIST: its merge has the records
                 except errors.IntegrityError as e:
                     self.on_event("damaged")
                     log.warning(
