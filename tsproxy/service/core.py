@@ -23,7 +23,7 @@ from tsproxy.service.records import (
     StoredObject,
     UploadState,
 )
-from tsproxy.store.base import Backend
+from tsproxy.store.base import Backend, buckets_of
 
 log = logging.getLogger("tsproxy.service")
 
@@ -144,7 +144,7 @@ class ServiceCore:
 
     async def head_bucket(self, bucket: str) -> None:
         if not self.ns.mapped:
-            await self.backend.head_bucket(bucket)
+            await buckets_of(self.backend).head_bucket(bucket)
             return
         marker = self.ns.internal(bucket, "bucket")
         try:
