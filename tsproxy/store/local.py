@@ -42,13 +42,14 @@ from tsproxy.store.base import (
 )
 from tsproxy.store.localfile import MAGIC, TMP_PREFIX, Spool, copy_range, info_of, read_trailer
 from tsproxy.store.localmultipart import LocalMultipart
-from tsproxy.store.localtree import LocalTree, fs_error
+from tsproxy.store.localtree import Run
 from tsproxy.store.observe import BackendCall
 
-__all__ = ["MAGIC", "LocalBackend", "LocalReader", "fs_error"]
+__all__ = ["MAGIC", "LocalBackend", "LocalReader"]
 
 BUCKET_FILE = ".bucket"
 _Entries = list[tuple[str, str, str, str]]  # (sort key, kind, segment, path) of a directory's entries
+
 
 # -- readers ---------------------------------------------------------------------------------------------
 
@@ -58,15 +59,18 @@ class LocalReader:
 
     def __init__(
         self,
-        backend: LocalTree,
         fd: int,
         info: ObjectInfo,
         start: int,
         end: int,
         content_range: tuple[int, int] | None,
         call: BackendCall,
+        *,
+        run: Run,
+        read_size: int,
     ) -> None:
-        self._backend = backend
+        self._run = run
+        self._read_size = read_size
         self._fd = fd
         self.info = info
         self.content_range = content_range
@@ -78,7 +82,7 @@ class LocalReader:
         n = min(limit, self._end - self._pos)
         if n <= 0 or self._fd < 0:
             return b""
-        data = await self._backend._run(os.pread, self._fd, n, self._pos)
+        data = await self._run(os.pread, self._fd, n, self._pos)
         if len(data) != n:
             raise errors.InternalError("local object file shrank while being read")
         self._pos += n
@@ -86,7 +90,7 @@ class LocalReader:
         return data
 
     async def _pieces(self) -> AsyncIterator[bytes]:
-        while piece := await self._read(self._backend.read_size):
+        while piece := await self._read(self._read_size):
             yield piece
 
     def __aiter__(self) -> AsyncIterator[bytes]:
@@ -99,7 +103,7 @@ class LocalReader:
     async def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            await self._backend._run(os.close, fd)
+            await self._run(os.close, fd)
         self._call.finish()
 
     async def __aenter__(self) -> LocalReader:
@@ -236,7 +240,7 @@ class LocalBackend(LocalMultipart):
             raise
         call.mark()
         start, end = (0, size) if served is None else (served[0], served[1] + 1)
-        return LocalReader(self, fd, info, start, end, served, call)
+        return LocalReader(fd, info, start, end, served, call, run=self._run, read_size=self.read_size)
 
     async def get_bytes(
         self,

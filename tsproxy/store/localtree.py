@@ -1,5 +1,5 @@
-"""The local backend's directory tree: where a bucket, an object or an upload lives under the root,
-how directories come and go, and the thread pool every blocking filesystem call runs in.
+"""The local backend's directory tree: where a bucket or an object lives under the root, how
+directories come and go, and the thread pool every blocking filesystem call runs in.
 
 `LocalBackend` (local.py) builds on `LocalTree` through `LocalMultipart` (localmultipart.py); the
 layout is described in local.py, the object files in localfile.py.
@@ -12,7 +12,7 @@ import errno
 import functools
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +24,9 @@ from tsproxy.store.localfile import Spool, read_trailer
 from tsproxy.store.observe import BackendCall, OnRequest, observer_of
 
 R = TypeVar("R")
+
+# run(fn, *args, key=None): blocking `fn(*args)` in the backend's thread pool, OSError as an S3 error.
+Run = Callable[..., Awaitable[Any]]
 
 WRITE_BATCH = 1 * MIB  # body pieces gathered into one thread hop
 
