@@ -399,6 +399,43 @@ async def test_on_request_reports_bytes_and_operations(
     ]
 
 
+@dataclass
+class Admissions:
+    """A request observer that records each request it lets go, and passes reports to a Recorder."""
+
+    recorder: Recorder
+    admitted: list[str] = field(default_factory=list)
+
+    async def before(self, operation: str) -> None:
+        self.admitted.append(operation)
+
+    def after(self, op: str, outcome: str, seconds: float, retries: int, b_in: int, b_out: int) -> None:
+        self.recorder(op, outcome, seconds, retries, b_in, b_out)
+
+
+async def test_every_request_the_store_sees_was_admitted_first(
+    seaweed: SeaweedFS, faulty_proxy: FaultyProxy, recorder: Recorder, seaweed_bucket: str
+) -> None:
+    admissions = Admissions(recorder)
+    backend = await started(seaweed, faulty_proxy.endpoint, admissions, part_size=5 * MIB)  # type: ignore[arg-type]
+    try:
+        data = os.urandom(11 * MIB)
+        await backend.put(seaweed_bucket, "big", pieces(data, MIB))  # multipart, HEAD after completion
+        faulty_proxy.inject("slowdown", method="GET", times=1)
+        faulty_proxy.inject("truncate", method="GET", truncate_at=MIB + 5, times=2)
+        assert (await backend.get_bytes(seaweed_bucket, "big"))[1] == data  # one retry, two resumptions
+        await backend.copy(seaweed_bucket, "big", seaweed_bucket, "copy")  # HEAD, then CopyObject
+        await backend.delete_many(seaweed_bucket, ["big", "copy"])
+    finally:
+        await backend.close()
+    assert len(admissions.admitted) == len(faulty_proxy.seen)
+    assert admissions.admitted.count("GetObject") == faulty_proxy.count("GET") == 4
+    assert admissions.admitted.count("HeadObject") == faulty_proxy.count("HEAD") == 2
+    # Reports stay one per operation, its retries and resumptions counted in it.
+    assert recorder.last("GetObject") == ("GetObject", "ok", 3, len(data), 0)
+    assert recorder.ops().count("HeadObject") == 2
+
+
 async def test_seaweed_counts_the_requests_it_served(
     seaweed: SeaweedFS, seaweed_backend: S3Backend, seaweed_bucket: str
 ) -> None:

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsproxy.service import Namespace
+from tsproxy.store.base import multipart_of
 
 from .engine import ROWS_DIR, opened_backend
 from .options import JobOptions
 from .plan import UploadLeftover
-from .ratelimit import LimitedBackend, RateLimiter
+from .ratelimit import RateLimitedRequests, RateLimiter
 
 BATCH = 1000  # keys per DeleteObjects request (S3's limit)
 
@@ -81,14 +82,13 @@ def plan_cleanup(
 async def apply_cleanup(options: JobOptions, plan: Cleanup) -> Cleanup:
     """Delete and abort what the plan says; failures are recorded, not raised."""
     bucket = Namespace(options.backend_bucket, options.backend_prefix).root(options.bucket).bucket
-    async with opened_backend(options) as raw:
-        backend = LimitedBackend(raw, RateLimiter(options.rate))
+    async with opened_backend(options, RateLimitedRequests(RateLimiter(options.rate))) as backend:
         keys = plan.keys
         for start in range(0, len(keys), BATCH):
             plan.failures += await backend.delete_many(bucket, keys[start : start + BATCH])
         for key, upload_id in plan.backend_uploads:
             try:
-                await backend.abort_multipart(bucket, key, upload_id)
+                await multipart_of(backend).abort_multipart(bucket, key, upload_id)
             except Exception as e:  # keep going: report it with the rest
                 plan.failures.append((key, type(e).__name__, str(e)))
     plan.applied = True

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tsproxy.service import Namespace
-from tsproxy.store.base import Backend, UploadInfo
+from tsproxy.store.base import Backend, MultipartCapable, UploadInfo
 
 from .listing import list_keys
 from .options import JobOptions
@@ -44,7 +44,8 @@ async def list_bucket(backend: Backend, options: JobOptions, *, internal: bool =
             inner = await list_keys(backend, root.bucket, root.key + INTERNAL)
         else:  # already listed with everything else
             inner = [i for i in listed if internal_part(i.key, root.key) is not None]
-        uploads = await backend.list_multipart_uploads(root.bucket, root.key + options.prefix)
+        if isinstance(backend, MultipartCapable):  # a backend without multipart has no leftovers
+            uploads = await backend.list_multipart_uploads(root.bucket, root.key + options.prefix)
     return Listing(root.bucket, root.key, objects, inner, uploads)
 
 

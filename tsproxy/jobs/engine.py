@@ -30,11 +30,12 @@ import pyarrow.parquet as pq
 from tsproxy.errors import S3Error
 from tsproxy.format import KeyRing
 from tsproxy.service import Namespace, ObjectService
-from tsproxy.store.base import Backend, RequestObserver
+from tsproxy.store.base import Backend
+from tsproxy.store.observe import OnRequest
 
 from .options import JobOptions
 from .plan import Listed, default_weight, partition_count, spread
-from .ratelimit import LimitedBackend, RateLimiter
+from .ratelimit import RateLimitedRequests, RateLimiter
 
 T = TypeVar("T")
 ROWS_DIR = "objects"
@@ -117,12 +118,20 @@ class TaskStats:
 
 
 class TaskEnv:
-    """What one task's async code works with: its rate-limited backend, the key ring, a CPU pool."""
+    """What one task's async code works with: its backend (rate-limited by `limiter`, see
+    `process_items`), the key ring, a CPU pool."""
 
-    def __init__(self, options: JobOptions, backend: Backend, ring: KeyRing | None, stats: TaskStats) -> None:
+    def __init__(
+        self,
+        options: JobOptions,
+        backend: Backend,
+        ring: KeyRing | None,
+        stats: TaskStats,
+        limiter: RateLimiter,
+    ) -> None:
         self.options = options
-        self.limiter = RateLimiter(options.task_rate)
-        self.backend: Backend = LimitedBackend(backend, self.limiter)
+        self.limiter = limiter
+        self.backend = backend
         self.ring = ring
         self.stats = stats
         self.pool = ThreadPoolExecutor(options.threads, thread_name_prefix="job-cpu")
@@ -211,9 +220,7 @@ async def bounded_map(limit: int, items: Sequence[T], fn: Callable[[T], Awaitabl
 
 
 @asynccontextmanager
-async def opened_backend(
-    options: JobOptions, on_request: RequestObserver | None = None
-) -> AsyncIterator[Backend]:
+async def opened_backend(options: JobOptions, on_request: OnRequest | None = None) -> AsyncIterator[Backend]:
     """A started backend from the options, closed on exit."""
     backend = options.open_backend(on_request)
     await backend.start()
@@ -228,8 +235,9 @@ async def process_items(
 ) -> list[dict[str, Any]]:
     """Run a job over items in one event loop (what a task does; also usable without Spark)."""
     ring = await asyncio.to_thread(options.load_ring)
-    async with opened_backend(options, stats.observe) as backend:
-        env = TaskEnv(options, backend, ring, stats)
+    limiter = RateLimiter(options.task_rate)
+    async with opened_backend(options, RateLimitedRequests(limiter, stats.observe)) as backend:
+        env = TaskEnv(options, backend, ring, stats, limiter)
 
         async def one(item: Listed) -> dict[str, Any]:
             try:

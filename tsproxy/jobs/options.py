@@ -13,7 +13,8 @@ from typing import Any
 from tsproxy.config import Config
 from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.store import open_backend
-from tsproxy.store.base import Backend, RequestObserver
+from tsproxy.store.base import Backend
+from tsproxy.store.observe import OnRequest
 
 DEFAULT_STALE_AFTER = 24 * 3600.0
 
@@ -96,7 +97,7 @@ class JobOptions:
         """This task's share of the executor's request rate (0: unlimited)."""
         return self.rate / self.task_slots if self.rate else 0.0
 
-    def open_backend(self, on_request: RequestObserver | None = None) -> Backend:
+    def open_backend(self, on_request: OnRequest | None = None) -> Backend:
         """A backend (not yet started) configured like the server's."""
         if self.local:
             return open_backend(self.backend, on_request=on_request)

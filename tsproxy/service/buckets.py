@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from tsproxy import errors
 from tsproxy.service.listing import ListingOps
 from tsproxy.service.namespace import INTERNAL
+from tsproxy.store.base import buckets_of
 
 
 class BucketOps(ListingOps):
@@ -16,7 +17,7 @@ class BucketOps(ListingOps):
 
     async def list_buckets(self) -> list[tuple[str, datetime]]:
         if not self.ns.mapped:
-            return await self.backend.list_buckets()
+            return await buckets_of(self.backend).list_buckets()
         assert self.ns.backend_bucket is not None
         page = await self.backend.list(
             self.ns.backend_bucket, prefix=self.ns.backend_prefix, delimiter="/", max_keys=1000
@@ -26,7 +27,7 @@ class BucketOps(ListingOps):
 
     async def create_bucket(self, bucket: str) -> None:
         if not self.ns.mapped:
-            await self.backend.create_bucket(bucket)
+            await buckets_of(self.backend).create_bucket(bucket)
             return
         marker = self.ns.internal(bucket, "bucket")
         try:
@@ -59,4 +60,4 @@ class BucketOps(ListingOps):
             marker = self.ns.internal(bucket, "bucket")
             await self.backend.delete(marker.bucket, marker.key)
         else:
-            await self.backend.delete_bucket(root.bucket)
+            await buckets_of(self.backend).delete_bucket(root.bucket)

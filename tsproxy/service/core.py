@@ -25,7 +25,7 @@ from tsproxy.service.records import (
     StoredObject,
     UploadState,
 )
-from tsproxy.store.base import Backend, ObjectInfo
+from tsproxy.store.base import Backend, ObjectInfo, buckets_of
 
 log = logging.getLogger("tsproxy.service")
 
@@ -163,7 +163,7 @@ class ServiceCore:
 
     async def head_bucket(self, bucket: str) -> None:
         if not self.ns.mapped:
-            await self.backend.head_bucket(bucket)
+            await buckets_of(self.backend).head_bucket(bucket)
             return
         marker = self.ns.internal(bucket, "bucket")
         try:

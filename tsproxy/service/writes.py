@@ -16,7 +16,7 @@ from tsproxy.format import (
 )
 from tsproxy.format import rewrap as rewrap_manifest
 from tsproxy.format.manifest import META_FORMAT, META_SIZE
-from tsproxy.s3.limits import MAX_PARTS, MIN_PART_SIZE
+from tsproxy.s3.limits import MAX_PARTS
 from tsproxy.service.core import (
     FEED_SIZE,
     SMALL_OBJECT,
@@ -31,7 +31,7 @@ from tsproxy.service.records import (
     ByteRange,
     StoredObject,
 )
-from tsproxy.store.base import ObjectInfo
+from tsproxy.store.base import ObjectInfo, multipart_of
 
 
 class WriteOps(ReadOps):
@@ -214,8 +214,9 @@ class WriteOps(ReadOps):
         gathered (bounded by the part size) and uploaded, so compressed parts that shrank below the
         minimum never cause EntityTooSmall. The tail always ends the last part.
         """
-        min_part = getattr(self.backend, "min_part_size", MIN_PART_SIZE)
-        upload_id = await self.backend.create_multipart(
+        backend = multipart_of(self.backend)
+        min_part = backend.min_part_size
+        upload_id = await backend.create_multipart(
             dst.bucket, dst.key, metadata=metadata, content_type=content_type
         )
         parts: list[tuple[int, str]] = []
@@ -225,7 +226,7 @@ class WriteOps(ReadOps):
         gather = min(self.part_size, max(min_part, -(-total // (MAX_PARTS - 100))))
 
         async def upload(data: bytearray) -> None:
-            etag = await self.backend.upload_part(dst.bucket, dst.key, upload_id, len(parts) + 1, data)
+            etag = await backend.upload_part(dst.bucket, dst.key, upload_id, len(parts) + 1, data)
             parts.append((len(parts) + 1, etag))
 
         try:
@@ -236,7 +237,7 @@ class WriteOps(ReadOps):
                     spool = bytearray()
                 size = piece.last - piece.first + 1
                 if not spool and size >= min_part:
-                    etag = await self.backend.upload_part_copy(
+                    etag = await backend.upload_part_copy(
                         dst.bucket,
                         dst.key,
                         upload_id,
@@ -262,9 +263,9 @@ class WriteOps(ReadOps):
                     await reader.close()
             spool += tail
             await upload(spool)
-            return await self.backend.complete_multipart(dst.bucket, dst.key, upload_id, parts)
+            return await backend.complete_multipart(dst.bucket, dst.key, upload_id, parts)
         except BaseException:
-            await quietly(self.backend.abort_multipart(dst.bucket, dst.key, upload_id))
+            await quietly(backend.abort_multipart(dst.bucket, dst.key, upload_id))
             raise
 
     async def rewrap(self, bucket: str, key: str) -> bool:

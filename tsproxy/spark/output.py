@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tsproxy import errors
+from tsproxy.store.localfile import fsync_dir
 
 from .bucket import Bucket
 from .options import OptionError, StoreOptions
@@ -74,7 +75,7 @@ class LocalOutput:
         with open(temp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(temp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent, best_effort=True)
         return final.stat().st_size
 
     def discard(self, temp: Path) -> None:
@@ -94,19 +95,6 @@ class LocalOutput:
 
     def read_bytes(self, path: str) -> bytes:
         return Path(self.root, path).read_bytes()
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Storage backends behind one small async interface (`tsproxy.store.base.Backend`).
+"""Storage backends behind one small async interface (`tsproxy.store.base.Backend`), with multipart
+uploads and bucket administration as separate capabilities (`MultipartCapable`, `BucketCapable`) and
+one hook every backend request passes through (`tsproxy.store.observe.RequestObserver`).
 
 `open_backend(url, **options)` picks one from a URL: `file:///abs/path` is the embedded local
 directory backend, `http(s)://host:port` an S3-compatible store.
@@ -10,16 +12,28 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tsproxy.store.base import Backend, ListPage, ObjectInfo, ObjectReader, UploadInfo
+from tsproxy.store.base import (
+    Backend,
+    BucketCapable,
+    ListPage,
+    MultipartCapable,
+    ObjectInfo,
+    ObjectReader,
+    UploadInfo,
+)
 from tsproxy.store.local import LocalBackend
+from tsproxy.store.observe import RequestObserver
 from tsproxy.store.s3 import S3Backend
 
 __all__ = [
     "Backend",
+    "BucketCapable",
     "ListPage",
     "LocalBackend",
+    "MultipartCapable",
     "ObjectInfo",
     "ObjectReader",
+    "RequestObserver",
     "S3Backend",
     "UploadInfo",
     "open_backend",

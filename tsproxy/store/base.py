@@ -8,24 +8,46 @@ hand it to its own client as it is.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from tsproxy import errors
+from tsproxy.s3.limits import MAX_KEY_BYTES, MAX_PART_SIZE, MAX_PARTS, MIB, MIN_PART_SIZE, check_part_number
 
-MIB = 1 << 20
-MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every multipart part but the last
-MAX_PART_SIZE = 5 << 30  # S3's maximum size of one PUT or one part
-MAX_PARTS = 10_000
+__all__ = [  # the S3 limits are re-exported: the backends and their callers take them from here
+    "DEFAULT_PART_SIZE",
+    "MAX_KEY_BYTES",
+    "MAX_PARTS",
+    "MAX_PART_SIZE",
+    "MIB",
+    "MIN_PART_SIZE",
+    "Backend",
+    "Body",
+    "BucketCapable",
+    "ListPage",
+    "MultipartCapable",
+    "ObjectInfo",
+    "ObjectReader",
+    "UploadInfo",
+    "Uploads",
+    "buckets_of",
+    "check_key",
+    "check_part_list",
+    "check_part_number",
+    "check_range_args",
+    "iterate_body",
+    "multipart_etag",
+    "multipart_of",
+    "normalize_metadata",
+    "range_header",
+    "resolve_range",
+    "unquote_etag",
+]
+
 DEFAULT_PART_SIZE = 25 * MIB
-MAX_KEY_BYTES = 1024  # S3's limit on the UTF-8 length of a key
-
-# on_request(operation, outcome, seconds, retries, bytes_in, bytes_out): called once per backend
-# operation, after its retries; outcome is "ok" or the S3 error code it ended with.
-RequestObserver = Callable[[str, str, float, int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -87,9 +109,12 @@ Body = bytes | bytearray | memoryview | AsyncIterable[bytes]
 
 
 class Backend(Protocol):
-    """Where stored bytes live. All methods raise `tsproxy.errors.S3Error` subclasses on failure."""
+    """Where stored bytes live: the object path every backend has. All methods raise
+    `tsproxy.errors.S3Error` subclasses on failure.
 
-    min_part_size: int
+    Multipart uploads and bucket administration are separate capabilities (`MultipartCapable`,
+    `BucketCapable`): code that needs one asks for it with `multipart_of` / `buckets_of`.
+    """
 
     async def start(self) -> None: ...
 
@@ -98,14 +123,6 @@ class Backend(Protocol):
     async def ping(self) -> None:
         """Readiness: return when the backend answers, raise when it does not."""
         ...
-
-    async def list_buckets(self) -> list[tuple[str, datetime]]: ...
-
-    async def create_bucket(self, bucket: str) -> None: ...
-
-    async def delete_bucket(self, bucket: str) -> None: ...
-
-    async def head_bucket(self, bucket: str) -> None: ...
 
     async def head(self, bucket: str, key: str) -> ObjectInfo: ...
 
@@ -130,7 +147,9 @@ class Backend(Protocol):
         last: int | None = None,
         *,
         if_match: str | None = None,
-    ) -> tuple[ObjectInfo, bytes]: ...
+    ) -> tuple[ObjectInfo, bytes]:
+        """`get`, read whole (for small bodies)."""
+        ...
 
     async def put(
         self,
@@ -170,6 +189,13 @@ class Backend(Protocol):
         content_type: str | None = None,
     ) -> ObjectInfo: ...
 
+
+@runtime_checkable
+class MultipartCapable(Protocol):
+    """A backend that assembles objects from parts, uploaded or copied server-side."""
+
+    min_part_size: int  # the backend's own minimum size of every part but the last
+
     async def create_multipart(
         self,
         bucket: str,
@@ -207,6 +233,33 @@ class Backend(Protocol):
     async def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None: ...
 
     async def list_multipart_uploads(self, bucket: str, prefix: str = "") -> Uploads: ...
+
+
+@runtime_checkable
+class BucketCapable(Protocol):
+    """A backend whose buckets a client may list, create and delete."""
+
+    async def list_buckets(self) -> list[tuple[str, datetime]]: ...
+
+    async def create_bucket(self, bucket: str) -> None: ...
+
+    async def delete_bucket(self, bucket: str) -> None: ...
+
+    async def head_bucket(self, bucket: str) -> None: ...
+
+
+def multipart_of(backend: Backend) -> MultipartCapable:
+    """The backend as a multipart backend; NotImplemented (501) when it has no multipart uploads."""
+    if isinstance(backend, MultipartCapable):
+        return backend
+    raise errors.NotImplemented_("The storage backend does not support multipart uploads.")
+
+
+def buckets_of(backend: Backend) -> BucketCapable:
+    """The backend as one whose buckets can be managed; NotImplemented (501) when they cannot."""
+    if isinstance(backend, BucketCapable):
+        return backend
+    raise errors.NotImplemented_("The storage backend does not manage buckets.")
 
 
 # -- shared rules, pure ------------------------------------------------------------------------------
@@ -290,13 +343,6 @@ def check_part_list(parts: Sequence[tuple[int, str]]) -> None:
         if number <= previous:
             raise errors.InvalidPartOrder()
         previous = number
-
-
-def check_part_number(part_no: int) -> None:
-    if not 1 <= part_no <= MAX_PARTS:
-        raise errors.InvalidArgument(
-            f"Part number must be an integer between 1 and {MAX_PARTS}, inclusive", ArgumentName="partNumber"
-        )
 
 
 def check_key(key: str) -> None:

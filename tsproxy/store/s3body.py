@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tsproxy import errors
 from tsproxy.store import s3errors
 from tsproxy.store.base import MIB, ObjectInfo
-from tsproxy.store.observe import Call
+from tsproxy.store.observe import BackendCall
+from tsproxy.store.retry import Backoff
 
-if TYPE_CHECKING:
-    from tsproxy.store.s3 import S3Backend
+# reopen(range header): a GetObject of the same object pinned to its ETag, admitted and retried as
+# part of the reader's call; its answer's "Body" takes over.
+Reopen = Callable[[str], Awaitable[dict[str, Any]]]
 
 RESUME_CREDIT = 8 * MIB  # body bytes read since a failure that reset a reader's failure count
 
@@ -36,19 +38,20 @@ class S3Reader:
 
     def __init__(
         self,
-        backend: S3Backend,
-        bucket: str,
-        key: str,
         response: dict[str, Any],
         info: ObjectInfo,
         start: int,
         end: int,
         content_range: tuple[int, int] | None,
-        call: Call,
+        call: BackendCall,
+        *,
+        reopen: Reopen,
+        backoff: Backoff,
+        read_size: int = MIB,
     ) -> None:
-        self._backend = backend
-        self._bucket = bucket
-        self._key = key
+        self._reopen = reopen
+        self._backoff = backoff
+        self._read_size = read_size
         self._body: Any = response["Body"]
         self.info = info
         self.content_range = content_range
@@ -89,16 +92,14 @@ class S3Reader:
             self._failures = 0
         self._failures += 1
         self._since_failure = 0
-        if not self._backend.backoff.allows_another(self._failures):
+        if not self._backoff.allows_another(self._failures):
             failure = s3errors.to_s3_error(error)
             self._call.finish(failure)
             raise failure from error
         self._call.retries += 1
-        await asyncio.sleep(self._backend.backoff.delay(self._failures))
+        await asyncio.sleep(self._backoff.delay(self._failures))
         try:
-            response = await self._backend._get_object(
-                self._bucket, self._key, f"bytes={self._pos}-{self._end - 1}", self.info.etag, self._call
-            )
+            response = await self._reopen(f"bytes={self._pos}-{self._end - 1}")
         except errors.PreconditionFailed:
             failure = errors.InternalError("The object changed in the backend while it was being read.")
             self._call.finish(failure)
@@ -109,7 +110,7 @@ class S3Reader:
         self._body = response["Body"]
 
     async def _pieces(self) -> AsyncIterator[bytes]:
-        while piece := await self._piece(self._backend.read_size):
+        while piece := await self._piece(self._read_size):
             yield piece
 
     def __aiter__(self) -> AsyncIterator[bytes]:

@@ -1,0 +1,239 @@
+"""The S3 backend's client side: the aiobotocore session and its settings, and the retry loop every
+request of `S3Backend` goes through.
+
+Choices that make it work with common S3-compatible stores (AWS S3, MinIO, Ceph RGW, SeaweedFS …):
+
+- **No flexible checksums.** botocore ≥ 1.36 adds CRC checksums, sent as aws-chunked trailers, to
+  every PutObject/UploadPart by default (`request_checksum_calculation="when_supported"`); several
+  stores reject or mishandle those. We use `"when_required"` (checksums only on operations that
+  demand one, such as DeleteObjects) and likewise do not ask for response checksums.
+- **Integrity by Content-MD5, not by payload signing.** Bodies are sent as `UNSIGNED-PAYLOAD` with a
+  Content-MD5 header computed in a worker thread, which every S3-compatible store checks (BadDigest).
+  Signing the payload would make botocore hash every body on the event loop over plain http.
+  `sign_payload=True` restores botocore's default; `content_md5=False` drops the header.
+- **Our own retry loop.** botocore's retries are off; each operation is retried here with exponential
+  backoff and full jitter on connection errors, throttling and 5xx answers. Every attempt is first
+  admitted by the `on_request` observer (see `observe`), and the retries are counted in its report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from tsproxy import errors
+from tsproxy.store import s3errors
+from tsproxy.store.base import (
+    DEFAULT_PART_SIZE,
+    MAX_PART_SIZE,
+    MIB,
+    MIN_PART_SIZE,
+    ObjectInfo,
+    normalize_metadata,
+    unquote_etag,
+)
+from tsproxy.store.observe import BackendCall, OnRequest, observer_of
+from tsproxy.store.retry import Backoff
+
+T = TypeVar("T")
+
+COPY_THRESHOLD = 5 << 30  # CopyObject's limit; larger objects are copied part by part
+COPY_PART_SIZE = 512 * MIB
+
+
+def utc(value: datetime | None) -> datetime:
+    """A store's timestamp as tz-aware UTC (now, when the store gave none)."""
+    if value is None:
+        return datetime.now(UTC)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def quote_etag(etag: str) -> str:
+    return f'"{unquote_etag(etag)}"'
+
+
+def info_of(key: str, response: Mapping[str, Any], size: int) -> ObjectInfo:
+    """ObjectInfo from the headers of a HeadObject or GetObject answer."""
+    return ObjectInfo(
+        key=key,
+        size=size,
+        etag=unquote_etag(response.get("ETag", "")),
+        last_modified=utc(response.get("LastModified")),
+        metadata=normalize_metadata(response.get("Metadata")),
+        content_type=response.get("ContentType"),
+    )
+
+
+class S3Client:
+    """Settings, the aiobotocore client and the observed retry loop; `S3Backend` builds on it."""
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        region: str | None = None,
+        path_style: bool = True,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        max_attempts: int = 5,
+        backoff_base: float = 0.1,
+        backoff_cap: float = 5.0,
+        pool_size: int = 64,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        verify: bool | str | None = None,
+        sign_payload: bool = False,
+        content_md5: bool = True,
+        copy_threshold: int = COPY_THRESHOLD,
+        copy_part_size: int = COPY_PART_SIZE,
+        read_size: int = MIB,
+        executor: Executor | None = None,
+        on_request: OnRequest | None = None,
+    ) -> None:
+        """`endpoint` None means AWS S3 itself; credentials None means the standard AWS chain."""
+        if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+            raise ValueError(f"part_size must be between {MIN_PART_SIZE} and {MAX_PART_SIZE} bytes")
+        if not MIN_PART_SIZE <= copy_part_size <= MAX_PART_SIZE:
+            raise ValueError(f"copy_part_size must be between {MIN_PART_SIZE} and {MAX_PART_SIZE} bytes")
+        if (access_key is None) != (secret_key is None):
+            raise ValueError("give both access_key and secret_key, or neither")
+        self.endpoint = endpoint
+        self.region = region or "us-east-1"
+        self.path_style = path_style
+        self.part_size = part_size
+        self.min_part_size = MIN_PART_SIZE
+        self.backoff = Backoff(max_attempts=max_attempts, base=backoff_base, cap=backoff_cap)
+        self.copy_threshold = copy_threshold
+        self.copy_part_size = copy_part_size
+        self.read_size = read_size
+        self.content_md5 = content_md5
+        self.executor = executor
+        self.on_request = on_request
+        self.observer = observer_of(on_request)
+        self._credentials = (access_key, secret_key, session_token)
+        self._config = AioConfig(
+            region_name=self.region,
+            signature_version="s3v4",
+            s3={
+                "addressing_style": "path" if path_style else "virtual",
+                "payload_signing_enabled": sign_payload,
+            },
+            retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, and counted
+            max_pool_connections=pool_size,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            warm_up_loader_caches=True,
+        )
+        self._verify = verify
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._client: Any = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoint or 'aws'!r})"
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Create the aiobotocore client (and its connection pool)."""
+        if self._client is not None:
+            return
+        access_key, secret_key, token = self._credentials
+        stack = contextlib.AsyncExitStack()
+        self._client = await stack.enter_async_context(
+            get_session().create_client(
+                "s3",
+                endpoint_url=self.endpoint,
+                region_name=self.region,
+                aws_access_key_id=access_key,
+                aws_secret_access_key=secret_key,
+                aws_session_token=token,
+                verify=self._verify,
+                config=self._config,
+            )
+        )
+        self._stack = stack
+
+    async def close(self) -> None:
+        if self._stack is not None:
+            stack, self._stack, self._client = self._stack, None, None
+            await stack.aclose()
+
+    @property
+    def client(self) -> Any:
+        """The aiobotocore S3 client (after `start`)."""
+        if self._client is None:
+            raise RuntimeError(f"{type(self).__name__} used before start()")
+        return self._client
+
+    # -- the retry loop
+
+    def _call(self, operation: str) -> BackendCall:
+        return BackendCall(self.observer, operation)
+
+    async def _attempts(
+        self,
+        call: BackendCall,
+        operation: Callable[[], Awaitable[T]],
+        *,
+        not_found: type[errors.S3Error] = errors.NoSuchKey,
+        **fields: str,
+    ) -> T:
+        """Run `operation` until it succeeds, fails for good, or runs out of attempts."""
+        attempt = 0
+        while True:
+            attempt += 1
+            await call.admit()
+            try:
+                return await operation()
+            except Exception as e:
+                if not (s3errors.is_retryable(e) and self.backoff.allows_another(attempt)):
+                    raise s3errors.to_s3_error(e, not_found=not_found, **fields) from e
+            call.retries += 1
+            await asyncio.sleep(self.backoff.delay(attempt))
+
+    async def _request(
+        self,
+        name: str,
+        method: str,
+        *,
+        not_found: type[errors.S3Error] = errors.NoSuchKey,
+        fields: Mapping[str, str] | None = None,
+        bytes_out: int = 0,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """One observed, retried client call: `name` is the S3 operation, `method` the client's."""
+        with self._call(name) as call:
+            bound = functools.partial(getattr(self.client, method), **params)
+            response: dict[str, Any] = await self._attempts(
+                call, bound, not_found=not_found, **(fields or {})
+            )
+            call.bytes_out += bytes_out
+            return response
+
+    async def head(self, bucket: str, key: str) -> ObjectInfo:
+        """HeadObject: here rather than with the rest of the object path, for multipart needs it too."""
+        response = await self._request(
+            "HeadObject", "head_object", fields={"Key": key}, Bucket=bucket, Key=key
+        )
+        return info_of(key, response, response.get("ContentLength", 0))
+
+    async def _md5(self, data: bytes | bytearray) -> str | None:
+        if not self.content_md5:
+            return None
+        loop = asyncio.get_running_loop()
+        digest = await loop.run_in_executor(self.executor, lambda: hashlib.md5(data).digest())
+        return base64.b64encode(digest).decode("ascii")
