@@ -118,7 +118,15 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
             if proxy.draining and op in _WRITES:
                 raise errors.ServiceUnavailable("tsproxy is shutting down.")
             ex = Exchange(
-                request, s3, query, auth, request_id, proxy.objects, proxy.metrics, proxy.cfg.region
+                request,
+                s3,
+                query,
+                auth,
+                request_id,
+                proxy.objects,
+                proxy.metrics,
+                proxy.cfg.region,
+                proxy.cfg.body_idle_timeout,
             )
             response = await HANDLERS[op](ex)
         except errors.S3Error as e:
@@ -146,6 +154,12 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
         response.headers.setdefault("x-amz-request-id", request_id)
         response.headers.setdefault("x-amz-id-2", request_id)
         response.headers["Server"] = "tsproxy"
+        if error_code == "RequestTimeout":
+            # A stalled body: answer, then close at once (as S3 does) rather than let aiohttp wait
+            # another lingering period for the rest of a body that is not coming.
+            await response.prepare(request)
+            await response.write_eof()
+            request.protocol.force_close()
         return response
     finally:
         metrics.in_flight.dec()
