@@ -20,6 +20,8 @@ from botocore.exceptions import ClientError
 
 from tests.server.conftest import start_proxy
 from tests.server.harness import ACCESS_KEY, SECRET_KEY, RunningProxy
+from tsproxy import config as tsconfig
+from tsproxy.errors import ConfigError
 
 WAIT = 20.0  # upper bound for anything the server should do within a fraction of a second
 
@@ -201,3 +203,16 @@ def test_connections_past_the_limit_are_closed_at_accept(
         for sock in held:
             sock.close()
         running.stop()
+
+
+def test_settings_from_toml_env_and_their_checks(tmp_path: Path) -> None:
+    toml = tmp_path / "tsproxy.toml"
+    toml.write_text('header_timeout = "3s"\nmax_connections = 64\n')
+    base = {"backend": f"file://{tmp_path / 'data'}"}
+    cfg = tsconfig.load(base, env={"TSPROXY_BODY_IDLE_TIMEOUT": "1500ms"}, config_file=toml)
+    assert (cfg.header_timeout, cfg.body_idle_timeout, cfg.max_connections) == (3.0, 1.5, 64)
+    d = tsconfig.load(base, env={})
+    assert (d.header_timeout, d.body_idle_timeout, d.max_connections) == (10.0, 20.0, 1024)
+    for name, value in (("header_timeout", "0s"), ("body_idle_timeout", "0"), ("max_connections", "0")):
+        with pytest.raises(ConfigError, match=name):
+            tsconfig.load({**base, name: value}, env={})
