@@ -129,6 +129,9 @@ class Config:
     shutdown_grace: float = 30.0
     transform_threads: int = 0  # 0: one per core, at least 2
     max_clock_skew: float = 900.0
+    header_timeout: float = 10.0  # seconds a client has to send a request's headers, from its first byte
+    body_idle_timeout: float = 20.0  # seconds a request body may stall before 400 RequestTimeout
+    max_connections: int = 1024  # open client connections; more are closed as they are accepted
     # Set by `load` when the embedded defaults are in use (dev key ring and credentials).
     dev_mode: bool = False
 
@@ -176,6 +179,9 @@ _PARSERS: dict[str, Any] = {
     "shutdown_grace": parse_duration,
     "transform_threads": int,
     "max_clock_skew": parse_duration,
+    "header_timeout": parse_duration,
+    "body_idle_timeout": parse_duration,
+    "max_connections": int,
 }
 SETTINGS = tuple(_PARSERS)
 
@@ -212,6 +218,11 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
         fail("backend_prefix", "needs backend_bucket")
     if cfg.listen == cfg.metrics_listen:
         fail("metrics_listen", "must differ from listen")
+    for name in ("header_timeout", "body_idle_timeout"):
+        if getattr(cfg, name) <= 0:
+            fail(name, "must be greater than 0")
+    if cfg.max_connections < 1:
+        fail("max_connections", "must be at least 1")
     for c in cfg.credentials:
         if not c.access_key or not c.secret_key:
             fail("credentials", "every credential needs access_key and secret_key")

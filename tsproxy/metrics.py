@@ -75,6 +75,21 @@ class Metrics:
             "Client part uploads being received right now.",
             registry=r,
         )
+        self.client_timeouts = Counter(
+            "tsproxy_client_timeouts_total",
+            "Client connections cut off for stalling: header (request headers not sent in time; the "
+            "connection is closed) or body (the body stalled; 400 RequestTimeout).",
+            ["kind"],
+            registry=r,
+        )
+        self.connections_open = Gauge(
+            "tsproxy_connections_open", "Client connections open on the S3 port.", registry=r
+        )
+        self.connections_refused = Counter(
+            "tsproxy_connections_refused_total",
+            "Client connections closed as they were accepted because max_connections were open.",
+            registry=r,
+        )
         # Backend side.
         self.backend_requests = Counter(
             "tsproxy_backend_requests_total",
@@ -232,3 +247,5 @@ class Metrics:
             self.prefetch_chunks.labels(state)
         for outcome in ("ok", "error"):
             self.key_ring_reloads.labels(outcome)
+        for kind in ("header", "body"):
+            self.client_timeouts.labels(kind)

@@ -228,6 +228,16 @@ ROWS: list[Row] = [
                     Target(total("tsproxy_multipart_uploads_in_progress"), "multipart uploads in progress"),
                 ],
             ),
+            Panel(
+                "Client connections",
+                "Open client connections, connections refused at the max_connections limit, and clients "
+                "cut off for stalling (header: request headers not sent in time; body: RequestTimeout).",
+                [
+                    Target(total("tsproxy_connections_open"), "open"),
+                    Target(rate("tsproxy_connections_refused_total"), "refused/s"),
+                    Target(rate("tsproxy_client_timeouts_total", by="kind"), "timeouts/s ({{kind}})"),
+                ],
+            ),
         ],
     ),
     Row(

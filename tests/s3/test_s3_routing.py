@@ -10,6 +10,7 @@ from multidict import CIMultiDict
 
 from tests.s3.s3_helpers import boto3_client, boto3_wire
 from tsproxy import errors
+from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import InvalidURI, S3Request, check_bucket_name, parse_copy_source, route
 
 COPY = {"x-amz-copy-source": "/src/key"}
@@ -62,8 +63,7 @@ def test_operations(
 @pytest.mark.parametrize(
     ("method", "path", "query"),
     [
-        ("GET", "/bucket", {"acl": ""}),
-        ("PUT", "/bucket", {"acl": ""}),
+        ("DELETE", "/bucket", {"acl": ""}),
         ("GET", "/bucket", {"policy": ""}),
         ("PUT", "/bucket", {"lifecycle": ""}),
         ("GET", "/bucket", {"cors": ""}),
@@ -73,7 +73,8 @@ def test_operations(
         ("GET", "/bucket", {"website": ""}),
         ("GET", "/bucket", {"location": "", "acl": ""}),
         ("POST", "/bucket", {}),
-        ("GET", "/bucket/key", {"acl": ""}),
+        ("DELETE", "/bucket/key", {"acl": ""}),
+        ("GET", "/bucket/key", {"acl": "", "tagging": ""}),
         ("PUT", "/bucket/key", {"tagging": ""}),
         ("GET", "/bucket/key", {"tagging": ""}),
         ("GET", "/bucket/key", {"attributes": ""}),
@@ -251,3 +252,17 @@ def test_copy_source_as_boto3_sends_it() -> None:
         lambda c: c.copy_object(Bucket="b", Key="k", CopySource={"Bucket": "src", "Key": "ü a+b?c"}),
     )
     assert parse_copy_source(wire.headers["x-amz-copy-source"]) == ("src", "ü a+b?c", None)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "operation"),
+    [
+        ("GET", "/bucket", {"acl": ""}, Operation.GET_BUCKET_ACL),
+        ("PUT", "/bucket", {"acl": ""}, Operation.PUT_BUCKET_ACL),
+        ("GET", "/bucket/key", {"acl": ""}, Operation.GET_OBJECT_ACL),
+        ("PUT", "/bucket/key", {"acl": ""}, Operation.PUT_OBJECT_ACL),
+        ("GET", "/bucket/key", {"acl": "", "versionId": "null"}, Operation.GET_OBJECT_ACL),
+    ],
+)
+def test_acl_subresource_routes(method: str, path: str, query: dict[str, str], operation: Operation) -> None:
+    assert r(method, path, query).operation is operation

@@ -15,7 +15,7 @@ from aiohttp import web
 from botocore.config import Config as BotoConfig
 
 from tsproxy import config as tsconfig
-from tsproxy.server import Proxy, create_app, create_metrics_app
+from tsproxy.server import Proxy, create_metrics_app, create_runner
 
 ACCESS_KEY = "test-access"
 SECRET_KEY = "test-secret-key-0123456789"
@@ -54,7 +54,7 @@ class RunningProxy:
     async def _start(self) -> Proxy:
         proxy = Proxy(self.cfg)
         await proxy.start()
-        self._runner = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=5)
+        self._runner = create_runner(proxy, shutdown_timeout=5)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
         self._metrics_runner = web.AppRunner(create_metrics_app(proxy), access_log=None)

@@ -155,7 +155,7 @@ def test_bad_aws_chunked_framing(local_proxy: RunningProxy, weed_bucket: str) ->
 
 
 def test_not_implemented(local_proxy: RunningProxy, weed_bucket: str) -> None:
-    resp = _signed("GET", f"{local_proxy.endpoint}/{weed_bucket}?acl")
+    resp = _signed("GET", f"{local_proxy.endpoint}/{weed_bucket}?tagging")
     assert _error(resp) == (501, "NotImplemented")
     resp = _signed("PUT", f"{local_proxy.endpoint}/{weed_bucket}?lifecycle", b"<x/>")
     assert _error(resp) == (501, "NotImplemented")

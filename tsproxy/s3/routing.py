@@ -1,8 +1,9 @@
 """Which S3 operation a request is: method, host, path, query and a few headers in; S3Request out.
 
 Buckets are named path-style (`/bucket/key`) or virtual-hosted (`bucket.<suffix>` in Host, for the
-configured suffixes). S3 "subresources" (`?acl`, `?tagging`, `?lifecycle`, ...) that tsproxy does not
-serve are 501 NotImplemented, so a client learns at once rather than getting a misleading answer.
+configured suffixes). S3 "subresources" (`?tagging`, `?lifecycle`, ...) that tsproxy does not serve are
+501 NotImplemented, so a client learns at once rather than getting a misleading answer. `?acl` is served
+for the one policy tsproxy has: private, the owner with full control.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def route(
 
 
 _BUCKET_READS = {
+    "acl": Operation.GET_BUCKET_ACL,
     "location": Operation.GET_BUCKET_LOCATION,
     "versioning": Operation.GET_BUCKET_VERSIONING,
     "versions": Operation.LIST_OBJECT_VERSIONS,
@@ -169,6 +171,8 @@ def _bucket_operation(method: str, sub: set[str], query: Mapping[str, str]) -> O
         return Operation.LIST_OBJECTS_V2 if query.get("list-type") == "2" else Operation.LIST_OBJECTS
     if method == "POST" and sub == {"delete"}:
         return Operation.DELETE_OBJECTS
+    if method == "PUT" and sub == {"acl"}:
+        return Operation.PUT_BUCKET_ACL
     if sub:
         raise _unsupported(sub)
     if method in _BUCKET_SIMPLE:
@@ -183,6 +187,8 @@ def _object_operation(
 ) -> Operation:
     upload = "uploadId" in query
     copy = any(name.lower() == "x-amz-copy-source" for name in headers)
+    if sub == {"acl"} and method in ("GET", "PUT"):
+        return Operation.GET_OBJECT_ACL if method == "GET" else Operation.PUT_OBJECT_ACL
     allowed = {"uploadId"} | ({"uploads"} if method == "POST" else set())
     if sub - allowed:
         raise _unsupported(sub - allowed)

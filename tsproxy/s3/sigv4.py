@@ -464,7 +464,10 @@ def _verify_presigned(
     if expires < 0:
         raise bad("X-Amz-Expires must be non-negative")
     if expires > MAX_PRESIGNED_EXPIRES:
-        raise bad("X-Amz-Expires must be less than a week (in seconds) that is 604800")
+        raise bad(
+            "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be "
+            "less than 604800 seconds"
+        )
     signed = _signed_header_list(
         q["X-Amz-SignedHeaders"], bad, "Error parsing the X-Amz-SignedHeaders parameter;"
     )

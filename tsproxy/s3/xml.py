@@ -384,6 +384,20 @@ def location_xml(region: str | None) -> bytes:
     ).encode()
 
 
+def access_control_policy_xml(owner_id: str) -> bytes:
+    """AccessControlPolicy of the canned `private` ACL: the owner, with FULL_CONTROL, and no one else."""
+    grantee = (
+        '<Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser">'
+        + _el("ID", owner_id)
+        + _el("DisplayName", owner_id)
+        + "</Grantee>"
+    )
+    grant = "<Grant>" + grantee + _el("Permission", "FULL_CONTROL") + "</Grant>"
+    return _doc(
+        "AccessControlPolicy", [_owner(owner_id), "<AccessControlList>", grant, "</AccessControlList>"]
+    )
+
+
 def versioning_xml() -> bytes:
     """VersioningConfiguration of a bucket that never had versioning: an empty element."""
     return (DECLARATION + f'<VersioningConfiguration xmlns="{NS}"/>').encode()
@@ -505,3 +519,23 @@ def parse_create_bucket(body: bytes) -> str | None:
         raise errors.MalformedXML()
     location = _text(root, "LocationConstraint")
     return location.strip() or None if location is not None else None
+
+
+def parse_access_control_policy(body: bytes) -> list[tuple[str | None, str]]:
+    """The grants of an AccessControlPolicy body: (grantee's canonical ID, or None for a grantee named
+    otherwise (URI, e-mail address), permission). MalformedXML for a bad document."""
+    root = parse_xml(body)
+    if root.tag != "AccessControlPolicy":
+        raise errors.MalformedXML()
+    acl = root.find("AccessControlList")
+    if acl is None:
+        raise errors.MalformedXML()
+    grants: list[tuple[str | None, str]] = []
+    for grant in acl:
+        grantee = grant.find("Grantee")
+        permission = _text(grant, "Permission")
+        if grant.tag != "Grant" or grantee is None or permission is None:
+            raise errors.MalformedXML()
+        grantee_id = _text(grantee, "ID")
+        grants.append((grantee_id.strip() if grantee_id is not None else None, permission.strip()))
+    return grants

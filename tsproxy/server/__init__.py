@@ -1,6 +1,7 @@
 """The aiohttp server: S3 requests in, the object service behind, S3 responses out.
 
 - `app`: a running tsproxy (`Proxy`: config, backend, key ring, cache, object service, metrics) and `run`;
+- `connections`: the connection limit and the request-header deadline of the S3 port;
 - `dispatch`: the one path every S3 request takes (route, authenticate, handler, error, access log);
 - `exchange`: one request on its way through, and what a handler may use;
 - handlers by resource: `buckets`, `listing`, `object_handlers`, `multipart`, with `headers` and
@@ -10,8 +11,8 @@
 
 from __future__ import annotations
 
-from tsproxy.server.app import Proxy, run
+from tsproxy.server.app import Proxy, create_runner, run
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
 
-__all__ = ["Proxy", "create_app", "create_metrics_app", "run"]
+__all__ = ["Proxy", "create_app", "create_metrics_app", "create_runner", "run"]

@@ -21,6 +21,7 @@ from tsproxy.cache.reader import ChunkReader
 from tsproxy.config import Config
 from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.metrics import Metrics
+from tsproxy.server.connections import ConnectionGuard, S3Runner
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
 from tsproxy.service import Namespace, ObjectService
@@ -245,13 +246,21 @@ async def _ensure_local_root(cfg: Config) -> None:
     await asyncio.to_thread(cfg.backend_path().mkdir, parents=True, exist_ok=True)
 
 
+def create_runner(proxy: Proxy, **kwargs: Any) -> web.AppRunner:
+    """The S3 application's runner, with the connection limit and header deadline of `proxy.cfg`."""
+    guard = ConnectionGuard(
+        proxy.metrics, header_timeout=proxy.cfg.header_timeout, max_connections=proxy.cfg.max_connections
+    )
+    return S3Runner(create_app(proxy), guard, access_log=None, **kwargs)
+
+
 async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then drain: stop accepting, let in-flight requests finish (grace)."""
     proxy = Proxy(cfg)
     await proxy.start()
     runners = []
     try:
-        main = web.AppRunner(create_app(proxy), access_log=None, shutdown_timeout=cfg.shutdown_grace)
+        main = create_runner(proxy, shutdown_timeout=cfg.shutdown_grace)
         await main.setup()
         await web.TCPSite(main, cfg.listen[0], cfg.listen[1], reuse_address=True).start()
         runners.append(main)

@@ -22,7 +22,7 @@ from tsproxy.s3 import ranges, xml
 from tsproxy.s3.auth import authenticate
 from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import route
-from tsproxy.server import buckets, listing, multipart, object_handlers
+from tsproxy.server import acl, buckets, listing, multipart, object_handlers
 from tsproxy.server.exchange import Exchange, Handler, Served
 from tsproxy.service import INTERNAL
 
@@ -37,6 +37,10 @@ HANDLERS: dict[Operation, Handler] = {
     Operation.DELETE_BUCKET: buckets.delete_bucket,
     Operation.GET_BUCKET_LOCATION: buckets.get_bucket_location,
     Operation.GET_BUCKET_VERSIONING: buckets.get_bucket_versioning,
+    Operation.GET_BUCKET_ACL: acl.get_bucket_acl,
+    Operation.PUT_BUCKET_ACL: acl.put_bucket_acl,
+    Operation.GET_OBJECT_ACL: acl.get_object_acl,
+    Operation.PUT_OBJECT_ACL: acl.put_object_acl,
     Operation.LIST_OBJECTS_V2: listing.list_objects_v2,
     Operation.LIST_OBJECTS: listing.list_objects_v1,
     Operation.LIST_OBJECT_VERSIONS: listing.list_object_versions,
@@ -54,6 +58,10 @@ HANDLERS: dict[Operation, Handler] = {
     Operation.LIST_PARTS: multipart.list_parts,
     Operation.LIST_MULTIPART_UPLOADS: multipart.list_multipart_uploads,
 }
+# Writes that may carry an ACL (x-amz-acl, x-amz-grant-*): only private is accepted.
+_ACL_WRITES = frozenset(
+    {Operation.PUT_OBJECT, Operation.COPY_OBJECT, Operation.CREATE_MULTIPART_UPLOAD, Operation.CREATE_BUCKET}
+)
 # Writes refused while the server drains for shutdown.
 _WRITES = frozenset(
     {Operation.PUT_OBJECT, Operation.UPLOAD_PART, Operation.CREATE_MULTIPART_UPLOAD, Operation.COPY_OBJECT}
@@ -115,10 +123,20 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 allow_anonymous=proxy.cfg.anonymous,
                 max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
             )
+            if op in _ACL_WRITES:
+                acl.check_acl_headers(request.headers, bucket=op is Operation.CREATE_BUCKET)
             if proxy.draining and op in _WRITES:
                 raise errors.ServiceUnavailable("tsproxy is shutting down.")
             ex = Exchange(
-                request, s3, query, auth, request_id, proxy.objects, proxy.metrics, proxy.cfg.region
+                request,
+                s3,
+                query,
+                auth,
+                request_id,
+                proxy.objects,
+                proxy.metrics,
+                proxy.cfg.region,
+                proxy.cfg.body_idle_timeout,
             )
             response = await HANDLERS[op](ex)
         except errors.S3Error as e:
@@ -146,6 +164,12 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
         response.headers.setdefault("x-amz-request-id", request_id)
         response.headers.setdefault("x-amz-id-2", request_id)
         response.headers["Server"] = "tsproxy"
+        if error_code == "RequestTimeout":
+            # A stalled body: answer, then close at once (as S3 does) rather than let aiohttp wait
+            # another lingering period for the rest of a body that is not coming.
+            await response.prepare(request)
+            await response.write_eof()
+            request.protocol.force_close()
         return response
     finally:
         metrics.in_flight.dec()

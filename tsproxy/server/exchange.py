@@ -36,6 +36,7 @@ class Exchange:
     service: ObjectService
     metrics: Metrics
     region: str
+    body_idle_timeout: float | None = None  # seconds a body may stall before RequestTimeout
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -53,9 +54,20 @@ class Exchange:
         """The request body's payload, checked as S3 checks it (see request_body), counted as it goes."""
 
         async def counted() -> AsyncIterator[bytes]:
-            async for piece in payload(self.request.content, self.request.headers, self.auth, result):
-                self.bytes_in += len(piece)
-                yield piece
+            body = payload(
+                self.request.content,
+                self.request.headers,
+                self.auth,
+                result,
+                idle_timeout=self.body_idle_timeout,
+            )
+            try:
+                async for piece in body:
+                    self.bytes_in += len(piece)
+                    yield piece
+            except errors.RequestTimeout:
+                self.metrics.client_timeouts.labels("body").inc()
+                raise
 
         return counted()
 

@@ -36,12 +36,21 @@ def stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
         if value is None:
             continue
         if name == "content-encoding":
-            # aws-chunked is the transfer framing of the upload, not an encoding of the object.
-            value = ",".join(v.strip() for v in value.split(",") if v.strip().lower() != "aws-chunked")
+            value = without_aws_chunked(value)
             if not value:
                 continue
         out[name] = value
     return out
+
+
+def without_aws_chunked(content_encoding: str) -> str:
+    """A Content-Encoding as sent, less `aws-chunked`: that is the upload's framing, not an encoding of
+    the object, and S3 drops it. The rest keeps its spelling (`deflate, gzip` stays `deflate, gzip`)."""
+    items = content_encoding.split(",")
+    kept = [item for item in items if item.strip().lower() != "aws-chunked"]
+    if len(kept) == len(items):
+        return content_encoding
+    return ",".join(kept).strip()
 
 
 def content_type(headers: Mapping[str, str]) -> str | None:

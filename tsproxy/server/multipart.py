@@ -15,7 +15,7 @@ from tsproxy.server import listing, object_handlers
 from tsproxy.server.exchange import OWNER_ID, XML_DECLARATION, Exchange, xml_response
 from tsproxy.server.headers import content_type, stored_headers, user_metadata
 from tsproxy.server.request_body import BodyResult
-from tsproxy.service import StoredObject
+from tsproxy.service.multipart import CompletedUpload
 
 # A completion still running after this many seconds answers 200 at once and keeps the connection alive.
 COMPLETE_KEEPALIVE_AFTER = 5.0
@@ -104,7 +104,7 @@ async def complete_multipart_upload(ex: Exchange) -> web.StreamResponse:
     return xml_response(xml.complete_multipart_xml(location, ex.bucket, ex.key, obj.etag))
 
 
-async def _complete_slowly(ex: Exchange, task: asyncio.Future[StoredObject]) -> web.StreamResponse:
+async def _complete_slowly(ex: Exchange, task: asyncio.Future[CompletedUpload]) -> web.StreamResponse:
     # As S3 does: the XML declaration first, then a space every few seconds, then the document itself.
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/xml"})
     await response.prepare(ex.request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -21,6 +22,33 @@ from tsproxy.service import INTERNAL, ObjectChanged, StoredObject
 # -- objects -----------------------------------------------------------------------------------------
 
 log = logging.getLogger("tsproxy.server")
+_MULTIPART_ETAG = re.compile(r"[0-9a-f]{32}-[0-9]+")
+
+
+class InvalidPartNumber(errors.S3Error):
+    """A GET or HEAD with a partNumber the object does not have."""
+
+    code = "InvalidPartNumber"
+    status = 416
+    default_message = "The requested partnumber is not satisfiable"
+
+
+def part_span(obj: StoredObject, part_no: int) -> tuple[int, int, int | None]:
+    """First and last byte of part `part_no` of `obj`, and its parts count (None: not multipart).
+
+    Parts count by position, 1 to the count, whatever numbers the upload gave them. An object that
+    was not uploaded in parts (or a passthrough object, whose parts tsproxy does not know) is one part.
+    """
+    segments = obj.manifest.segments if obj.manifest is not None else ()
+    multipart = obj.manifest is not None and _MULTIPART_ETAG.fullmatch(obj.etag) is not None
+    if not multipart:
+        if part_no != 1:
+            raise InvalidPartNumber(PartNumberRequested=str(part_no), ActualPartCount="1")
+        return 0, obj.size - 1, None
+    if part_no > len(segments):
+        raise InvalidPartNumber(PartNumberRequested=str(part_no), ActualPartCount=str(len(segments)))
+    first = sum(seg.original_size for seg in segments[: part_no - 1])
+    return first, first + segments[part_no - 1].original_size - 1, len(segments)
 
 
 async def head_object(ex: Exchange) -> web.StreamResponse:
@@ -47,12 +75,21 @@ async def _send_object(ex: Exchange, obj: StoredObject, *, head: bool) -> web.St
         for name in ("Content-Type", "Accept-Ranges"):
             headers.popall(name, None)
         return web.Response(status=304, headers=headers)
-    try:
-        span = ranges.parse_range(request.headers.get("Range"), obj.size)
-    except errors.InvalidRange as e:
-        raise errors.InvalidRange(
-            e.message, RangeRequested=request.headers.get("Range", ""), ActualObjectSize=str(obj.size)
-        ) from None
+    part_no = _part_number(ex.query)
+    if part_no is not None:
+        if "Range" in request.headers:
+            raise errors.InvalidRequest("Cannot specify both Range header and partNumber query parameter")
+        first, last, parts_count = part_span(obj, part_no)
+        span = (first, last) if last >= first else None  # an empty object is one empty part
+        if parts_count is not None:
+            headers["x-amz-mp-parts-count"] = str(parts_count)
+    else:
+        try:
+            span = ranges.parse_range(request.headers.get("Range"), obj.size)
+        except errors.InvalidRange as e:
+            raise errors.InvalidRange(
+                e.message, RangeRequested=request.headers.get("Range", ""), ActualObjectSize=str(obj.size)
+            ) from None
     first, last = span if span is not None else (0, obj.size - 1)
     length = last - first + 1 if obj.size else 0
     status = 206 if span is not None else 200
@@ -108,6 +145,19 @@ async def _send_object(ex: Exchange, obj: StoredObject, *, head: bool) -> web.St
     ex.metrics.client_bytes_out.inc(sent)
     await response.write_eof()
     return response
+
+
+def _part_number(query: Mapping[str, str]) -> int | None:
+    raw = query.get("partNumber")
+    if raw is None:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+        raise errors.InvalidArgument(
+            "Part number must be an integer between 1 and 10000, inclusive",
+            ArgumentName="partNumber",
+            ArgumentValue=raw,
+        )
+    return int(raw)
 
 
 async def _close(iterator: AsyncIterator[Any]) -> None:

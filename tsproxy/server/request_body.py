@@ -66,12 +66,30 @@ def _content_md5(headers: Mapping[str, str]) -> bytes | None:
     return digest
 
 
+async def _read(content: ContentReader, idle_timeout: float | None) -> bytes:
+    """The next bytes the client sent; RequestTimeout when it sent none for `idle_timeout` seconds."""
+    if idle_timeout is None:
+        return await content.read(READ_SIZE)
+    try:
+        async with asyncio.timeout(idle_timeout):
+            return await content.read(READ_SIZE)
+    except TimeoutError:
+        raise errors.RequestTimeout() from None
+
+
 async def payload(
-    content: ContentReader, headers: Mapping[str, str], auth: AuthResult, result: BodyResult
+    content: ContentReader,
+    headers: Mapping[str, str],
+    auth: AuthResult,
+    result: BodyResult,
+    *,
+    idle_timeout: float | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the client's payload bytes; raise the S3 error of the first failed check.
 
     `headers` is case-insensitive. `result` receives the size, MD5 and checksums once the body ends.
+    A client that stops sending for `idle_timeout` seconds gets RequestTimeout, as S3 answers one
+    whose body stalls (S3 waits about 20 s); whatever consumed the stream so far is then abandoned.
     """
     mode = auth.payload_mode
     chunked = mode.startswith("STREAMING-")
@@ -131,7 +149,7 @@ async def payload(
 
     hashing = md5 is not None or sha256 is not None or checksum is not None or decoder is not None
     while True:
-        raw = await content.read(READ_SIZE)
+        raw = await _read(content, idle_timeout)
         if not raw:
             break
         for piece in await asyncio.to_thread(process, raw) if hashing else process(raw):

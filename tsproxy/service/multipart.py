@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from tsproxy import errors
 from tsproxy.format import (
@@ -29,6 +32,42 @@ from tsproxy.service.records import (
 )
 from tsproxy.service.writes import WriteOps
 from tsproxy.store.base import ObjectInfo
+
+# How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
+# (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
+# records older than that.
+COMPLETED_UPLOAD_TTL = timedelta(hours=1)
+COMPLETED_SWEEP_INTERVAL = 600.0
+
+
+@dataclass(frozen=True)
+class CompletedUpload:
+    """What a CompleteMultipartUpload answered, kept for COMPLETED_UPLOAD_TTL to answer a retry alike."""
+
+    key: str
+    etag: str
+    parts: tuple[tuple[int, str], ...]  # the request's (part number, ETag) list
+    completed: datetime
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "key": self.key,
+                "etag": self.etag,
+                "parts": [list(p) for p in self.parts],
+                "completed": self.completed.isoformat(),
+            }
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CompletedUpload:
+        f = json.loads(data)
+        parts = tuple((int(no), str(etag)) for no, etag in f["parts"])
+        return cls(f["key"], f["etag"], parts, datetime.fromisoformat(f["completed"]))
+
+    def answers(self, key: str, parts: Sequence[tuple[int, str]], now: datetime) -> bool:
+        """Whether a Complete of `key` with `parts` repeats this one, within its lifetime."""
+        return key == self.key and tuple(parts) == self.parts and now - self.completed < COMPLETED_UPLOAD_TTL
 
 
 class UploadOps(WriteOps):
@@ -135,13 +174,25 @@ class UploadOps(WriteOps):
         records = await bounded_gather(16, infos, load)
         return state, sorted(records, key=lambda r: r.part_no)
 
+    def _completed_loc(self, bucket: str, upload_id: str = "") -> Location:
+        return self.ns.internal(bucket, f"mpu-done/{upload_id}")
+
     async def complete_upload(
         self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
-    ) -> StoredObject:
-        """Build the final object from the listed parts, in order; the upload's state is removed after."""
+    ) -> CompletedUpload:
+        """Build the final object from the listed parts, in order; the upload's state is removed after.
+
+        A repeat of a Complete that succeeded (same key, same parts) is answered as the first was.
+        """
         if not parts:
             raise errors.MalformedXML()
-        state, records = await self.list_parts(bucket, key, upload_id)
+        try:
+            state, records = await self.list_parts(bucket, key, upload_id)
+        except errors.NoSuchUpload:
+            done = await self._completed_upload(bucket, upload_id)
+            if done is not None and done.answers(key, parts, datetime.now(UTC)):
+                return done
+            raise
         by_no = {r.part_no: r for r in records}
         chosen: list[PartRecord] = []
         for i, (no, etag) in enumerate(parts):
@@ -179,8 +230,46 @@ class UploadOps(WriteOps):
         meta = manifest.backend_metadata(len(tail))
         info = await self.assemble(dst, pieces, tail, meta, state.content_type)
         self.invalidate(bucket, key)
+        self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
+        done = CompletedUpload(key, etag, tuple(parts), datetime.now(UTC))
+        # The record goes in before the upload's state goes: a retry finds one or the other.
+        done_loc = self._completed_loc(bucket, upload_id)
+        await quietly(self.backend.put(done_loc.bucket, done_loc.key, done.to_bytes()))
         await quietly(self._drop_upload(bucket, upload_id))
-        return self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
+        await quietly(self._sweep_completed(bucket))
+        return done
+
+    async def _completed_upload(self, bucket: str, upload_id: str) -> CompletedUpload | None:
+        if not upload_id or "/" in upload_id or len(upload_id) > 128:
+            return None
+        loc = self._completed_loc(bucket, upload_id)
+        try:
+            _, data = await self.backend.get_bytes(loc.bucket, loc.key)
+        except errors.NoSuchKey:
+            return None
+        try:
+            return CompletedUpload.from_bytes(data)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    async def _sweep_completed(self, bucket: str) -> None:
+        """Delete completed-upload records past their lifetime (at most every COMPLETED_SWEEP_INTERVAL)."""
+        swept: dict[str, float] = self.__dict__.setdefault("_completed_swept", {})
+        now = time.monotonic()
+        if now - swept.get(bucket, -COMPLETED_SWEEP_INTERVAL) < COMPLETED_SWEEP_INTERVAL:
+            return
+        swept[bucket] = now
+        prefix = self._completed_loc(bucket)
+        cutoff = datetime.now(UTC) - COMPLETED_UPLOAD_TTL
+        token: str | None = None
+        while True:
+            page = await self.backend.list(prefix.bucket, prefix=prefix.key, token=token, max_keys=1000)
+            old = [o.key for o in page.objects if o.last_modified < cutoff]
+            if old:
+                await self.backend.delete_many(prefix.bucket, old)
+            if not page.is_truncated:
+                break
+            token = page.next_token
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._upload_state(bucket, key, upload_id)

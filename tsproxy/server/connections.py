@@ -1,0 +1,141 @@
+"""Client connections on the S3 port: how many may be open, and how long a client may take to send a
+request's headers.
+
+aiohttp closes a connection that sends nothing for `keepalive_timeout` (75 s), but a client trickling
+header bytes, or holding hundreds of half-sent requests, keeps its sockets as long as it likes. Here each
+connection gets a header deadline, from the moment it opens (first request) or from the first byte of a
+further request on a kept-alive connection, until its headers are complete; past it the connection is
+closed (there is no request yet to answer). A stalled *body* is the request's business: see
+request_body, which answers 400 RequestTimeout.
+
+Connections past `max_connections` are closed as they are accepted, before anything is read. The limit
+guards file descriptors and memory, so an excess connection must cost nothing: answering 503 SlowDown
+would first need its request read (a buffer, a parser, a deadline, the very things the limit protects),
+and a response written before the request is read is lost to the reset the unread request causes on
+close. SDKs retry a reset connection with backoff just as they retry a 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from tsproxy.metrics import Metrics
+
+log = logging.getLogger("tsproxy.server")
+REFUSAL_LOG_INTERVAL = 10.0  # seconds between two log lines about refused connections
+
+
+class ConnectionGuard:
+    """The limits of one listening server and its count of open connections."""
+
+    def __init__(self, metrics: Metrics, *, header_timeout: float, max_connections: int) -> None:
+        self.metrics = metrics
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
+        self.open = 0
+        self._last_refusal_log = 0.0
+
+    def admit(self) -> bool:
+        """Count a new connection in, or refuse it (False) when max_connections are open."""
+        if self.open >= self.max_connections:
+            self.metrics.connections_refused.inc()
+            now = time.monotonic()
+            if now - self._last_refusal_log >= REFUSAL_LOG_INTERVAL:
+                self._last_refusal_log = now
+                log.warning(
+                    "connection limit reached, refusing connections",
+                    extra={"fields": {"max_connections": self.max_connections}},
+                )
+            return False
+        self.open += 1
+        self.metrics.connections_open.set(self.open)
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+        self.metrics.connections_open.set(self.open)
+
+
+class GuardedRequestHandler(RequestHandler):
+    """aiohttp's connection protocol with the connection limit and the header deadline."""
+
+    def __init__(self, manager: GuardedServer, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = manager.guard
+        self._admitted = False
+        self._header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._guard.admit():
+            transport.close()
+            return
+        self._admitted = True
+        super().connection_made(transport)
+        self._arm_header_deadline()  # the first request's headers are due from the moment it opens
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._admitted:
+            return
+        self._admitted = False
+        self._guard.release()
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # The first byte of a further request on a kept-alive connection starts its header deadline.
+        # (While a response is finishing or an unread body is drained, nobody waits for a request.)
+        waiting = self._waiter is not None and not self._waiter.done() and not self._messages
+        if data and waiting and self._header_deadline is None:
+            self._arm_header_deadline()
+        super().data_received(data)
+        if self._messages or self._request_in_progress:
+            self._disarm_header_deadline()
+
+    def _arm_header_deadline(self) -> None:
+        self._header_deadline = self._loop.call_later(self._guard.header_timeout, self._headers_overdue)
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_overdue(self) -> None:
+        self._header_deadline = None
+        if self._messages or self._request_in_progress or self.transport is None:
+            return
+        self._guard.metrics.client_timeouts.labels("header").inc()
+        self.force_close()
+
+
+class GuardedServer(web.Server):
+    """aiohttp's low-level server, making GuardedRequestHandlers."""
+
+    def __init__(self, base: web.Server, guard: ConnectionGuard) -> None:
+        super().__init__(
+            base.request_handler,
+            request_factory=base.request_factory,
+            handler_cancellation=base.handler_cancellation,
+            loop=base._loop,
+            **base._kwargs,
+        )
+        self.guard = guard
+
+    def __call__(self) -> GuardedRequestHandler:
+        return GuardedRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class S3Runner(web.AppRunner):
+    """The runner of the S3 application: aiohttp's AppRunner with guarded connections."""
+
+    def __init__(self, app: web.Application, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._guard = guard
+
+    async def _make_server(self) -> web.Server:
+        return GuardedServer(await super()._make_server(), self._guard)
