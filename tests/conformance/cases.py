@@ -45,10 +45,7 @@ TARGETS = {"tsproxy": "tsproxy over SeaweedFS", "seaweedfs": "SeaweedFS alone"}
 RESULTS: dict[str, dict[str, bool]] = {}
 # Cases tsproxy over SeaweedFS is known to fail, and why; they run as strict xfails, so that the day one
 # passes the mark must go.
-KNOWN_GAPS = {
-    "keys_with_slashes_stay_distinct": "SeaweedFS folds leading and repeated slashes in keys, and tsproxy "
-    "still passes keys through to it unchanged",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def case(fn: Case) -> Case:

@@ -329,7 +329,9 @@ def test_content_md5_and_checksums(proxy: RunningProxy, bucket: str) -> None:
         assert s3.get_object(Bucket=bucket, Key=f"ck-{algorithm}")["Body"].read() == body
 
 
-SEAWEED_REFUSES = {"a/../../etc/passwd", "..", "./x", "k" * 1024}
+# SeaweedFS stores keys as file paths and refuses a 1024-byte name; keys it would fold or resolve
+# (slashes, dot segments) reach it escaped, so they round-trip like any other.
+SEAWEED_REFUSES = {"k" * 1024}
 
 
 @pytest.mark.parametrize(
@@ -341,19 +343,22 @@ SEAWEED_REFUSES = {"a/../../etc/passwd", "..", "./x", "k" * 1024}
         "spaces and %25 percent",
         "unicodé/ключ/鍵",
         "//double//slash",
+        "/leading",
+        "a//b",
+        ".tsproxy/mpu/looks-internal",
+        ".tsproxy~escaped-looking",
+        "a/./b/../c",
         "k" * 1024,
     ],
 )
 def test_odd_keys_roundtrip(proxy: RunningProxy, bucket: str, key: str) -> None:
     s3 = proxy.client()
     if not proxy.cfg.local_backend and key in SEAWEED_REFUSES:
-        # SeaweedFS stores keys as file paths: it refuses these, and tsproxy passes its clean 4xx on.
+        # tsproxy passes SeaweedFS's clean 4xx on.
         with pytest.raises(ClientError) as exc:
             s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
         assert 400 <= exc.value.response["ResponseMetadata"]["HTTPStatusCode"] < 500
         return
-    if not proxy.cfg.local_backend and key.startswith("//"):
-        pytest.skip("SeaweedFS folds repeated slashes in keys; S3 and the local backend keep them")
     s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
     assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == key.encode()
     assert key in [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
@@ -363,12 +368,6 @@ def test_too_long_key(proxy: RunningProxy, bucket: str) -> None:
     with pytest.raises(ClientError) as exc:
         proxy.client().put_object(Bucket=bucket, Key="k" * 1025, Body=b"x")
     assert _code(exc) == ("KeyTooLongError", 400)
-
-
-def test_reserved_internal_prefix(proxy: RunningProxy, bucket: str) -> None:
-    with pytest.raises(ClientError) as exc:
-        proxy.client().put_object(Bucket=bucket, Key=".tsproxy/mpu/x/state", Body=b"x")
-    assert _code(exc) == ("AccessDenied", 403)
 
 
 def test_upload_fileobj_streams(proxy: RunningProxy, bucket: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tsproxy.service import Namespace
+from tsproxy.service.namespace import ESCAPED
 from tsproxy.store.base import Backend, MultipartCapable, UploadInfo
 
 from .listing import list_keys
@@ -36,6 +37,12 @@ async def list_bucket(backend: Backend, options: JobOptions, *, internal: bool =
     ns = Namespace(options.backend_bucket, options.backend_prefix)
     root = ns.root(options.bucket)
     listed = await list_keys(backend, root.bucket, root.key + options.prefix)
+    if options.prefix:
+        # Escaped keys live under a prefix of their own (see service.namespace), whatever they start with.
+        escaped = await list_keys(backend, root.bucket, root.key + ESCAPED)
+        listed += [
+            i for i in escaped if (ns.client_key(options.bucket, i.key) or "").startswith(options.prefix)
+        ]
     objects = [i for i in listed if internal_part(i.key, root.key) is None]
     inner: list[Listed] = []
     uploads: list[UploadInfo] = []

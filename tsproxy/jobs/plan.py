@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import NamedTuple, TypeVar
 
+from tsproxy.service.namespace import INTERNAL
+
 T = TypeVar("T")
 
-INTERNAL = ".tsproxy/"
 UPLOADS = INTERNAL + "mpu/"
 # A fixed per-object cost, in bytes-equivalent, so that many small objects weigh as much as their
 # requests cost and not only as much as their bytes.

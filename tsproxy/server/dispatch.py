@@ -24,7 +24,6 @@ from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import route
 from tsproxy.server import acl, buckets, listing, multipart, object_handlers
 from tsproxy.server.exchange import Exchange, Handler, Served
-from tsproxy.service import INTERNAL
 
 log = logging.getLogger("tsproxy.server")
 access_log = logging.getLogger("tsproxy.access")
@@ -110,8 +109,6 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 proxy.cfg.virtual_host_suffixes,
             )
             op = s3.operation
-            if s3.key is not None and (s3.key.startswith(INTERNAL) or s3.key == INTERNAL.rstrip("/")):
-                raise errors.AccessDenied("Keys under .tsproxy/ are reserved.")
             auth = authenticate(
                 request.method,
                 raw_path,

@@ -17,7 +17,7 @@ from tsproxy.s3.routing import parse_copy_source
 from tsproxy.server.exchange import Exchange, xml_response
 from tsproxy.server.headers import content_type, object_headers, stored_headers, user_metadata
 from tsproxy.server.request_body import BodyResult
-from tsproxy.service import INTERNAL, ObjectChanged, StoredObject
+from tsproxy.service import ObjectChanged, StoredObject
 
 # -- objects -----------------------------------------------------------------------------------------
 
@@ -193,8 +193,6 @@ def _copy_source(ex: Exchange) -> tuple[str, str]:
     bucket, key, version = parse_copy_source(ex.request.headers["x-amz-copy-source"])
     if version not in (None, "null"):
         raise errors.InvalidArgument("Invalid version id specified", ArgumentName="x-amz-copy-source")
-    if key.startswith(INTERNAL):
-        raise errors.AccessDenied("Keys under .tsproxy/ are reserved.")
     return bucket, key
 
 
@@ -248,10 +246,7 @@ async def delete_object(ex: Exchange) -> web.StreamResponse:
 async def delete_objects(ex: Exchange) -> web.StreamResponse:
     body = await ex.small_body(limit=2 << 20)
     keys, quiet = xml.parse_delete(body)
-    reserved = [k for k in keys if k.startswith(INTERNAL)]
-    allowed = [k for k in keys if not k.startswith(INTERNAL)]
-    failures = await ex.service.delete_many(ex.bucket, allowed) if allowed else []
-    failures += [(k, "AccessDenied", "Access Denied") for k in reserved]
+    failures = await ex.service.delete_many(ex.bucket, keys) if keys else []
     failed = {k for k, _, _ in failures}
     deleted = [k for k in keys if k not in failed]
     return xml_response(xml.delete_result_xml(deleted, failures, quiet))

@@ -8,16 +8,17 @@ import logging
 from tsproxy import errors
 from tsproxy.format.catalog import CatalogIndex
 from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
+from tsproxy.service import paging
 from tsproxy.service.core import (
     bounded_gather,
 )
-from tsproxy.service.namespace import Location
+from tsproxy.service.namespace import ESCAPED, Location, stored_as_is
 from tsproxy.service.reads import ReadOps
 from tsproxy.service.records import (
     ListedObject,
     ListedPage,
 )
-from tsproxy.store.base import ObjectInfo
+from tsproxy.store.base import ListPage, ObjectInfo
 
 log = logging.getLogger("tsproxy.service")
 
@@ -37,26 +38,81 @@ class ListingOps(ReadOps):
         token: str | None = None,
         max_keys: int = 1000,
     ) -> ListedPage:
-        """A listing in the client's terms: internal objects hidden, sizes and ETags of the original bytes."""
+        """A listing in the client's terms: internal objects hidden, sizes and ETags of the original bytes.
+
+        Keys stored as they are come from the backend's listing of the same prefix, in its order and
+        with its continuation tokens. Escaped keys (see namespace) live elsewhere in the backend, so a
+        listing looks there too and merges them in client order; when there are none, which is the
+        usual case, later pages never look again and the backend's tokens pass through.
+        """
         await self.head_bucket(bucket) if self.ns.mapped else None
         root = self.ns.root(bucket)
-        # The page and the catalog are fetched at once: a fresh instance pays one round trip, not three.
-        page, index = await asyncio.gather(
+        cursor = paging.parse_token(token)
+        after = paging.later(start_after, cursor.after)
+        # The page, the escaped keys and the catalog are fetched at once: one round trip, not three.
+        page, escaped, index = await asyncio.gather(
             self.backend.list(
                 root.bucket,
                 prefix=root.key + prefix,
                 delimiter=delimiter,
-                start_after=(root.key + start_after) if start_after else None,
-                token=token,
+                start_after=root.key + after if after else None,
+                token=cursor.backend_token,
                 max_keys=max_keys,
             ),
+            self._escaped(bucket, prefix, after) if cursor.merged is not False else _nothing(),
             self._catalog_index(bucket),
         )
-        visible = [(o, self.ns.client_key(bucket, o.key)) for o in page.objects]
-        entries = [(o, k) for o, k in visible if k is not None]
+        # Keys stored as they are; escaped ones are in `escaped`, internal ones hidden.
+        names = [(o.key[len(root.key) :], o) for o in page.objects if o.key.startswith(root.key)]
+        plain = paging.Page(
+            [(name, o) for name, o in names if stored_as_is(name)],
+            [p[len(root.key) :] for p in page.common_prefixes if stored_as_is(p[len(root.key) :])],
+            page.is_truncated,
+            _horizon(page, len(root.key)),
+        )
+        if not escaped and cursor.merged is not True:
+            chosen, prefixes = plain.objects, plain.prefixes
+            truncated, next_token = page.is_truncated, paging.plain_token(page.next_token)
+        else:
+            merged = paging.merge(plain, escaped, prefix, delimiter, max_keys)
+            chosen, prefixes, truncated, next_token = (
+                merged.objects,
+                merged.prefixes,
+                merged.truncated,
+                merged.token,
+            )
+        objects = await self._listed(root.bucket, chosen, index)
+        return ListedPage(objects, prefixes, truncated, next_token if truncated else None)
+
+    async def _escaped(self, bucket: str, prefix: str, after: str | None) -> list[tuple[str, ObjectInfo]]:
+        """Escaped objects whose client key starts with `prefix` and sorts after `after`, by client key."""
+        home = self.ns.root(bucket)
+        found: list[tuple[str, ObjectInfo]] = []
+        next_token = None
+        while True:
+            page = await self.backend.list(home.bucket, prefix=home.key + ESCAPED, token=next_token)
+            for o in page.objects:
+                key = self.ns.client_key(bucket, o.key)
+                if key is None or not key.startswith(prefix):
+                    continue
+                if after is None or paging.sorts_after(key, after):
+                    found.append((key, o))
+            if not page.is_truncated:
+                break
+            next_token = page.next_token
+        found.sort(key=lambda item: paging.order(item[0]))
+        return found
+
+    async def _listed(
+        self,
+        backend_bucket: str,
+        entries: list[tuple[str, ObjectInfo]],
+        index: CatalogIndex | None,
+    ) -> list[ListedObject]:
+        """Listed objects with their original sizes and ETags: from the catalog, else by a HEAD."""
         summaries: list[tuple[int, str] | None] = [None] * len(entries)
         unknown = []
-        for i, (o, k) in enumerate(entries):
+        for i, (k, o) in enumerate(entries):
             record = index.lookup(k, o.etag, o.size) if index is not None else None
             if record is not None:
                 summaries[i] = (record.original_size, record.client_etag)
@@ -65,19 +121,14 @@ class ListingOps(ReadOps):
         if self.metrics is not None and index is not None:
             self.metrics.catalog_lookups.labels("hit").inc(len(entries) - len(unknown))
             self.metrics.catalog_lookups.labels("miss").inc(len(unknown))
-        found = await bounded_gather(16, unknown, lambda i: self._summary(root.bucket, entries[i][0]))
+        found = await bounded_gather(16, unknown, lambda i: self._summary(backend_bucket, entries[i][1]))
         for i, summary in zip(unknown, found, strict=True):
             summaries[i] = summary
         objects = []
-        for (o, k), summary in zip(entries, summaries, strict=True):
+        for (k, o), summary in zip(entries, summaries, strict=True):
             assert summary is not None
             objects.append(ListedObject(k, summary[0], summary[1], o.last_modified))
-        prefixes = []
-        for p in page.common_prefixes:
-            client = self.ns.client_key(bucket, p)
-            if client is not None:
-                prefixes.append(client)
-        return ListedPage(objects, prefixes, page.is_truncated, page.next_token)
+        return objects
 
     async def _catalog_index(self, bucket: str) -> CatalogIndex | None:
         """The bucket's size catalog, refreshed (rate-limited); None without one or when it can't be read.
@@ -114,3 +165,13 @@ class ListingOps(ReadOps):
             summary = (obj.size, obj.etag)
         self._summaries.put(cache_key, summary)
         return summary
+
+
+async def _nothing() -> list[tuple[str, ObjectInfo]]:
+    return []
+
+
+def _horizon(page: ListPage, root_len: int) -> str | None:
+    """The last backend name (below the root) a truncated page reached: merged entries wait past it."""
+    names = [o.key[root_len:] for o in page.objects] + [p[root_len:] for p in page.common_prefixes]
+    return max(names, key=paging.order) if names else None

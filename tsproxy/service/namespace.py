@@ -1,10 +1,77 @@
-"""Where client buckets and keys live in the backend, and the reserved namespace for tsproxy's state."""
+"""Where client buckets and keys live in the backend, and the reserved namespace for tsproxy's state.
+
+Every client key is mapped to a backend key by `backend_name`, a reversible encoding whose results
+never start with `INTERNAL`. So no key a client can spell, however it is spelled, names tsproxy's own
+state: the reserved namespace is outside the image of the mapping, not behind a check on the key.
+
+Most keys map to themselves. A key is stored as it is only when every backend keeps it apart from every
+other key: it does not start with `/`, has no `//`, no `.` or `..` segment, and does not start with
+`.tsproxy` (the reserved and escaped areas). Object stores that normalise keys (SeaweedFS folds a leading
+`/` and repeated slashes, HTTP stacks may resolve dot segments) would otherwise make `/a` and `a`, or
+`a//b` and `a/b`, one object. Any other key is *escaped*: stored under `ESCAPED` with `%` written `%25`,
+a `/` that starts the key or follows another `/` written `%2F`, and the dots of a `.` or `..` segment
+written `%2E`. The result has none of the shapes a backend folds, and decoding those three escapes gives
+the client's key back. docs/FORMAT.md ("Keys in the backend") states the mapping.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-INTERNAL = ".tsproxy/"
+from tsproxy import errors
+from tsproxy.s3.limits import MAX_KEY_BYTES
+
+INTERNAL = ".tsproxy/"  # tsproxy's state: multipart uploads, size catalog, bucket markers
+ESCAPED = ".tsproxy~"  # client keys that cannot be stored as they are
+_RESERVED_START = ".tsproxy"  # keys starting so are escaped, so no client key lands in either area
+_UNESCAPE = re.compile(r"%(25|2F|2E)")
+_UNESCAPED = {"25": "%", "2F": "/", "2E": "."}
+
+
+def stored_as_is(key: str) -> bool:
+    """True when `key` is its own backend name (no backend can fold it onto another key)."""
+    if key.startswith(("/", _RESERVED_START)) or "//" in key:
+        return False
+    return not any(segment in (".", "..") for segment in key.split("/"))
+
+
+def _escape(key: str) -> str:
+    out: list[str] = []
+    segment_start = 0
+    for i, ch in enumerate(key):
+        if ch == "%":
+            out.append("%25")
+        elif ch == "/":
+            out.append("%2F" if i == 0 or key[i - 1] == "/" else "/")
+            segment_start = i + 1
+        elif ch == "." and _in_dot_segment(key, segment_start):
+            out.append("%2E")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _in_dot_segment(key: str, start: int) -> bool:
+    end = key.find("/", start)
+    return key[start : len(key) if end < 0 else end] in (".", "..")
+
+
+def backend_name(key: str) -> str:
+    """The backend key (below the bucket's root) of a client key: injective, never under INTERNAL."""
+    return key if stored_as_is(key) else ESCAPED + _escape(key)
+
+
+def client_name(name: str) -> str | None:
+    """The client key a backend key (below the bucket's root) stands for; None when it stands for none.
+
+    None for tsproxy's own state and for backend keys no client key maps to (an object written straight
+    into the backend under a key a client could not reach through tsproxy).
+    """
+    if name.startswith(ESCAPED):
+        key = _UNESCAPE.sub(lambda m: _UNESCAPED[m.group(1)], name[len(ESCAPED) :])
+        return key if backend_name(key) == name else None
+    return name if stored_as_is(name) else None
 
 
 @dataclass(frozen=True)
@@ -37,17 +104,22 @@ class Namespace:
         return Location(self.backend_bucket, f"{self.backend_prefix}{bucket}/")
 
     def object(self, bucket: str, key: str) -> Location:
+        """Where the client's object (bucket, key) lives; KeyTooLong when its backend key would be."""
         root = self.root(bucket)
-        return Location(root.bucket, root.key + key)
+        name = root.key + backend_name(key)
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > MAX_KEY_BYTES:
+            raise errors.KeyTooLongError(Size=str(size), MaxSizeAllowed=str(MAX_KEY_BYTES))
+        return Location(root.bucket, name)
 
     def internal(self, bucket: str, name: str) -> Location:
+        """Where tsproxy keeps its own state `name` for a client bucket (no client key maps here)."""
         root = self.root(bucket)
         return Location(root.bucket, root.key + INTERNAL + name)
 
     def client_key(self, bucket: str, backend_key: str) -> str | None:
-        """The client's key for a backend key, or None for internal objects."""
+        """The client's key for a backend key, or None for internal objects and unreachable names."""
         prefix = self.root(bucket).key
         if not backend_key.startswith(prefix):
             return None
-        key = backend_key[len(prefix) :]
-        return None if key.startswith(INTERNAL) else key
+        return client_name(backend_key[len(prefix) :])

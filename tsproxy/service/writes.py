@@ -147,13 +147,21 @@ class WriteOps(ReadOps):
         self.uncataloged(bucket, [key])
 
     async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
+        """DeleteObjects: the keys that could not be deleted, each with an S3 error code and message."""
+        failures: list[tuple[str, str, str]] = []
+        by_name: dict[str, str] = {}
         for key in keys:
             self.invalidate(bucket, key)
-        root = self.ns.root(bucket)
-        failures = await self.backend.delete_many(root.bucket, [root.key + k for k in keys])
-        failed = {backend_key for backend_key, _, _ in failures}
-        self.uncataloged(bucket, [k for k in keys if root.key + k not in failed])
-        return [(k[len(root.key) :], code, msg) for k, code, msg in failures]
+            try:
+                by_name[self.ns.object(bucket, key).key] = key
+            except errors.S3Error as e:
+                failures.append((key, e.code, e.message))
+        backend_bucket = self.ns.root(bucket).bucket
+        failed = await self.backend.delete_many(backend_bucket, list(by_name)) if by_name else []
+        failures += [(by_name[name], code, msg) for name, code, msg in failed]
+        gone = {by_name[name] for name, _, _ in failed}
+        self.uncataloged(bucket, [k for k in by_name.values() if k not in gone])
+        return failures
 
     async def copy(
         self,
