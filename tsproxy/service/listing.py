@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tsproxy import errors
 from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
+from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service.core import (
     bounded_gather,
 )
@@ -29,7 +30,7 @@ class ListingOps(ReadOps):
         delimiter: str | None = None,
         start_after: str | None = None,
         token: str | None = None,
-        max_keys: int = 1000,
+        max_keys: int = MAX_LIST_KEYS,
     ) -> ListedPage:
         """A listing in the client's terms: internal objects hidden, sizes and ETags of the original bytes."""
         await self.head_bucket(bucket) if self.ns.mapped else None

@@ -28,6 +28,7 @@ from tsproxy.errors import KeyNotFound
 from tsproxy.format import KeyRing, Manifest, ObjectContext, decode_tail
 from tsproxy.format.objects import iter_range
 from tsproxy.format.tail import TAIL_GUESS, TailTooLong, find_tail, first_read
+from tsproxy.s3.limits import MAX_LIST_KEYS
 
 from .options import StoreOptions
 
@@ -103,7 +104,7 @@ class Bucket:
         """(key, listed size) of every object under prefix, in key order."""
         token: str | None = None
         while True:
-            args: dict[str, Any] = {"Bucket": self.options.bucket, "Prefix": prefix, "MaxKeys": 1000}
+            args: dict[str, Any] = {"Bucket": self.options.bucket, "Prefix": prefix, "MaxKeys": MAX_LIST_KEYS}
             if token:
                 args["ContinuationToken"] = token
             page = self.call(f"s3://{self.options.bucket}/{prefix}", self.client.list_objects_v2, **args)
