@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -17,15 +16,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# Benchmarks start the same servers the tests do and find ports the same way (re-exported here).
+from tests.support.ports import free_port as free_port  # noqa: E402
+
 MIB = 1 << 20
 ACCESS_KEY = "bench-access"
 SECRET_KEY = "bench-secret-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def kafka_like(size: int, seed: int = 7) -> bytes:

@@ -25,7 +25,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support.ports import free_port  # noqa: E402
 from tests.support.seaweed import SeaweedFS  # noqa: E402
 from tsproxy.kafka.builder import SegmentBuilder, build_batch  # noqa: E402
 from tsproxy.kafka.records import Record  # noqa: E402
@@ -360,12 +360,6 @@ class LeanS3:
         return headers["etag"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_http(
     url: str, process: subprocess.Popen[bytes], what: str, log: Path, *, ok_only: bool, timeout: float = 60
 ) -> None:
@@ -467,7 +461,7 @@ class TsproxySystem:
 
     def _start(self) -> None:
         self.generation += 1
-        self.port, self.metrics_port = _free_port(), _free_port()
+        self.port, self.metrics_port = free_port(), free_port()
         cache = self.workdir / f"cache-{self.generation}"
         self.log = self.workdir / f"tsproxy-{self.generation}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TSPROXY_")}
@@ -591,7 +585,7 @@ class RcloneSystem:
 
     def _start(self) -> None:
         self.generation += 1
-        self.port, self.rc_port = _free_port(), _free_port()
+        self.port, self.rc_port = free_port(), free_port()
         self.log = self.workdir / f"rclone-{self.generation}.log"
         args = [
             rclone_binary(), "serve", "s3", "packed:",

@@ -1,4 +1,4 @@
-"""SingleFlight: one piece of work per key, shared results and errors, cancellation isolated per waiter."""
+"""SingleFlight: one flight per key, shared results and errors, cancellation isolated per waiter."""
 
 from __future__ import annotations
 
@@ -9,94 +9,39 @@ import pytest
 from tsproxy.cache.singleflight import Abandoned, SingleFlight, wait
 
 
-class Work:
-    """Work that counts its runs and finishes when the test says so."""
-
-    def __init__(self, result: object = "done") -> None:
-        self.runs = 0
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-        self.result = result
-        self.cancelled = False
-
-    async def __call__(self) -> object:
-        self.runs += 1
-        self.started.set()
-        try:
-            await self.release.wait()
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-
-async def test_concurrent_callers_share_one_run() -> None:
+async def test_joins_are_counted_and_reported() -> None:
     joins: list[int] = []
-    sf: SingleFlight[str, object] = SingleFlight(on_join=lambda: joins.append(1))
-    work = Work()
-    waiters = [asyncio.create_task(sf.do("k", work)) for _ in range(10)]
-    await work.started.wait()
-    assert "k" in sf and len(sf) == 1
-    work.release.set()
-    assert await asyncio.gather(*waiters) == ["done"] * 10
-    assert work.runs == 1
-    assert sf.joins == 9 and len(joins) == 9
-    assert "k" not in sf  # finished work is forgotten: the next call runs again
-    again = Work()
-    again.release.set()
-    assert await sf.do("k", again) == "done" and again.runs == 1
-
-
-async def test_different_keys_run_separately() -> None:
-    sf: SingleFlight[str, object] = SingleFlight()
-    a, b = Work("a"), Work("b")
-    ta, tb = asyncio.create_task(sf.do("a", a)), asyncio.create_task(sf.do("b", b))
-    a.release.set()
-    b.release.set()
-    assert (await ta, await tb) == ("a", "b")
-    assert (a.runs, b.runs) == (1, 1)
+    sf: SingleFlight[str, int] = SingleFlight(on_join=lambda: joins.append(1))
+    fut = sf.claim("k")
+    assert fut is not None and "k" in sf and len(sf) == 1
+    assert all(sf.join("k") is fut for _ in range(3))
+    assert sf.join("other") is None  # no flight: not a join
+    assert sf.joins == 3 and len(joins) == 3
 
 
 async def test_an_error_reaches_every_waiter() -> None:
-    sf: SingleFlight[str, object] = SingleFlight()
-    boom = RuntimeError("backend down")
-    work = Work(boom)
-    waiters = [asyncio.create_task(sf.do("k", work)) for _ in range(5)]
-    await work.started.wait()
-    work.release.set()
-    results = await asyncio.gather(*waiters, return_exceptions=True)
-    assert results == [boom] * 5
-    assert work.runs == 1 and "k" not in sf
-
-
-@pytest.mark.parametrize("victim", [0, 3])  # the leader, or a joiner
-async def test_cancelling_one_waiter_leaves_the_work_and_the_others(victim: int) -> None:
-    sf: SingleFlight[str, object] = SingleFlight()
-    work = Work()
-    waiters = [asyncio.create_task(sf.do("k", work)) for _ in range(5)]
-    await work.started.wait()
-    waiters[victim].cancel()
+    sf: SingleFlight[str, int] = SingleFlight()
+    fut = sf.claim("k")
+    assert fut is not None
+    waiters = [asyncio.create_task(wait(fut)) for _ in range(5)]
     await asyncio.sleep(0)
-    work.release.set()
+    boom = RuntimeError("backend down")
+    fut.set_exception(boom)
+    assert await asyncio.gather(*waiters, return_exceptions=True) == [boom] * 5
+
+
+async def test_cancelling_one_waiter_leaves_the_flight_and_the_others() -> None:
+    sf: SingleFlight[str, int] = SingleFlight()
+    fut = sf.claim("k")
+    assert fut is not None
+    waiters = [asyncio.create_task(wait(fut)) for _ in range(3)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()
+    await asyncio.sleep(0)
+    assert not fut.done()
+    fut.set_result(7)
     results = await asyncio.gather(*waiters, return_exceptions=True)
-    assert isinstance(results[victim], asyncio.CancelledError)
-    assert [r for i, r in enumerate(results) if i != victim] == ["done"] * 4
-    assert not work.cancelled and work.runs == 1
-
-
-async def test_work_finishes_even_if_every_waiter_leaves() -> None:
-    sf: SingleFlight[str, object] = SingleFlight()
-    work = Work()
-    waiter = asyncio.create_task(sf.do("k", work))
-    await work.started.wait()
-    waiter.cancel()
-    work.release.set()
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert not work.cancelled
-    assert "k" not in sf
+    assert isinstance(results[0], asyncio.CancelledError) and results[1:] == [7, 7]
 
 
 async def test_claim_join_forget() -> None:
@@ -134,16 +79,3 @@ async def test_forget_leaves_a_newer_flight_alone() -> None:
     assert new is not None
     sf.forget("k", old)  # a late forget of the old flight
     assert sf.join("k") is new
-
-
-async def test_cancelled_work_abandons_its_waiters() -> None:
-    sf: SingleFlight[str, object] = SingleFlight()
-    work = Work()
-    waiter = asyncio.create_task(sf.do("k", work))
-    await work.started.wait()
-    # Cancel the work itself (as a shutdown does), not the waiter.
-    (task,) = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and t is not waiter]
-    task.cancel()
-    with pytest.raises(Abandoned):
-        await waiter
-    assert work.cancelled and "k" not in sf

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -85,13 +84,6 @@ def selectors(expr: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
 def tsproxy_names(expr: str) -> set[str]:
     """Every tsproxy_* identifier in an expression, with or without a selector."""
     return set(re.findall(r"\btsproxy_[a-zA-Z0-9_]+", expr))
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -22,7 +22,9 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from deploy_tools import find_tool, free_port
+from deploy_tools import find_tool
+
+from tests.support.ports import free_port
 
 T = TypeVar("T")
 

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_tools import REPO, find_tool, free_port, require_tool, serving
+from deploy_tools import REPO, find_tool, require_tool, serving
 
+from tests.support.ports import free_port
 from tsproxy.config import Config
 
 DOCKERFILE = REPO / "Dockerfile"

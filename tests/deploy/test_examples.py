@@ -16,8 +16,9 @@ from types import ModuleType
 import boto3
 import pytest
 from botocore.config import Config as BotoConfig
-from deploy_tools import DEPLOY, REPO, find_tool, free_port, serving
+from deploy_tools import DEPLOY, REPO, find_tool, serving
 
+from tests.support.ports import free_port
 from tsproxy import config
 
 EXAMPLES = DEPLOY / "examples"

@@ -23,11 +23,12 @@ import pytest
 import yaml
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
-from deploy_tools import DEPLOY, find_tool, free_port, serving
+from deploy_tools import DEPLOY, find_tool, serving
 from prom_support import Prometheus, QueryResult, require_prometheus
 from prometheus_client.parser import text_string_to_metric_families
 from test_dashboard import DASHBOARD, dashboard_queries
 
+from tests.support.ports import free_port
 from tsproxy.format import KeyRing
 
 pytestmark = pytest.mark.slow

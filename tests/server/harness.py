@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -14,17 +13,12 @@ import boto3
 from aiohttp import web
 from botocore.config import Config as BotoConfig
 
+from tests.support.ports import free_port
 from tsproxy import config as tsconfig
 from tsproxy.server import Proxy, create_metrics_app, create_runner
 
 ACCESS_KEY = "test-access"
 SECRET_KEY = "test-secret-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RunningProxy:

@@ -17,7 +17,7 @@ import urllib3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tests.server.harness import free_port
+from tests.support.ports import free_port
 
 http = urllib3.PoolManager(retries=False)
 

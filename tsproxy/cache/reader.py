@@ -122,7 +122,6 @@ class ChunkReader:
         self._promoting: dict[ChunkKey, asyncio.Future[bytes | memoryview | None]] = {}
         self._local = threading.local()
         self._closed = False
-        self.fetches = 0  # backend requests made
 
     @property
     def policy(self) -> PrefetchPolicy:
@@ -362,7 +361,6 @@ class ChunkReader:
         """One ranged GET, its chunks decoded in parallel, each settled and cached as soon as it is ready."""
         try:
             async with self._background_slots if background else contextlib.nullcontext(), self._slots:
-                self.fetches += 1
                 stored = await rd.fetch(req.stored_start, req.stored_end)
             if len(stored) != req.size:
                 raise errors.IntegrityError(

@@ -13,7 +13,7 @@ arriving in between joins the finished result instead of downloading the chunk a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -68,39 +68,6 @@ class SingleFlight(Generic[K, V]):
             fut.set_exception(Abandoned())
         if self._flights.get(key) is fut:
             del self._flights[key]
-
-    async def do(self, key: K, work: Callable[[], Awaitable[V]]) -> V:
-        """Run work for key unless it is already running, and return its result (or raise its error).
-
-        The work runs in a task of its own, so cancelling any caller, the leader included, cancels only
-        that caller's wait.
-        """
-        fut = self.claim(key)
-        if fut is None:
-            joined = self.join(key)
-            assert joined is not None  # claim() just found it
-            return await wait(joined)
-        flight = fut
-
-        async def lead() -> None:
-            try:
-                flight.set_result(await work())
-            except asyncio.CancelledError:
-                flight.set_exception(Abandoned())
-                raise
-            except Exception as e:  # every waiter sees what went wrong
-                flight.set_exception(e)
-            finally:
-                self.forget(key, flight)
-
-        task = asyncio.get_running_loop().create_task(lead())
-        _running.add(task)
-        task.add_done_callback(_running.discard)
-        return await wait(flight)
-
-
-# Strong references to lead() tasks: the event loop keeps only weak ones.
-_running: set[asyncio.Task[None]] = set()
 
 
 async def wait(fut: asyncio.Future[V]) -> V:

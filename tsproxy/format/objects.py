@@ -17,6 +17,7 @@ from .keyring import KeyRing
 from .manifest import TRAILER_SIZE, Manifest, build_manifest, decode_tail, encode_tail, tail_length
 from .segment import SegmentEncoder
 from .settings import TransformSettings
+from .tail import find_tail
 
 # Chunks a streaming reader fetches per backend read: few requests, bounded memory.
 READ_BATCH = 4
@@ -134,10 +135,12 @@ def iter_range(
     """
     if stored_size < TRAILER_SIZE:
         raise IntegrityError("object too short to hold a tsproxy trailer")
-    tail_len = tail_length(read(stored_size - TRAILER_SIZE, stored_size))
-    if tail_len > stored_size:
-        raise IntegrityError("tail is longer than the object")
-    manifest, ctx = decode_tail(read(stored_size - tail_len, stored_size), keyring)
+    end = read(stored_size - TRAILER_SIZE, stored_size)
+    search = find_tail(end, stored_size)
+    if search.read_next:
+        end = read(stored_size - search.read_next, stored_size)
+    manifest, ctx = decode_tail(end, keyring)  # says what is wrong with an end that holds no tail
+    tail_len = search.length
     if stored_size - tail_len != manifest.data_size:
         raise IntegrityError(
             f"data area is {stored_size - tail_len} bytes, the manifest says {manifest.data_size}"

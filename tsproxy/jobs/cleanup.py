@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tsproxy.s3.limits import MAX_DELETE_KEYS
 from tsproxy.service import Namespace
 from tsproxy.store.base import multipart_of
 
@@ -16,8 +17,6 @@ from .engine import ROWS_DIR, opened_backend
 from .options import JobOptions
 from .plan import UploadLeftover
 from .ratelimit import RateLimitedRequests, RateLimiter
-
-BATCH = 1000  # keys per DeleteObjects request (S3's limit)
 
 
 @dataclass
@@ -84,8 +83,8 @@ async def apply_cleanup(options: JobOptions, plan: Cleanup) -> Cleanup:
     bucket = Namespace(options.backend_bucket, options.backend_prefix).root(options.bucket).bucket
     async with opened_backend(options, RateLimitedRequests(RateLimiter(options.rate))) as backend:
         keys = plan.keys
-        for start in range(0, len(keys), BATCH):
-            plan.failures += await backend.delete_many(bucket, keys[start : start + BATCH])
+        for start in range(0, len(keys), MAX_DELETE_KEYS):
+            plan.failures += await backend.delete_many(bucket, keys[start : start + MAX_DELETE_KEYS])
         for key, upload_id in plan.backend_uploads:
             try:
                 await multipart_of(backend).abort_multipart(bucket, key, upload_id)

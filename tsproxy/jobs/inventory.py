@@ -82,7 +82,9 @@ _ROLES = {
     "txnindex": "index",
     "leader-epoch-checkpoint": "index",
 }
-TAIL_GUESS = 8 << 10  # manifests of Kafka-sized segments fit; passthrough objects cost this much each
+# Less than format.tail.TAIL_GUESS: manifests of Kafka-sized segments still fit in one read, and each
+# passthrough object in the bucket costs this much download.
+INVENTORY_TAIL_GUESS = 8 << 10
 
 
 def attribute(key: str, prefix: str = "") -> tuple[str | None, str | None, int | None, int | None, str]:
@@ -268,7 +270,7 @@ class InventoryJob(ObjectJob):
     async def process(self, env: TaskEnv, item: Listed) -> dict[str, Any]:
         row = self._row(env.client_key(item.key) or item.key, item)
         try:
-            p = await probe(env.backend, env.root.bucket, item.key, guess=TAIL_GUESS)
+            p = await probe(env.backend, env.root.bucket, item.key, guess=INVENTORY_TAIL_GUESS)
         except errors.NoSuchKey:
             return {**row, "status": "vanished", "stored_size": 0}
         row["stored_size"] = p.info.size

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.store.base import Backend
 
 from .plan import Listed
 
 
 async def list_keys(
-    backend: Backend, bucket: str, prefix: str = "", *, page_size: int = 1000
+    backend: Backend, bucket: str, prefix: str = "", *, page_size: int = MAX_LIST_KEYS
 ) -> list[Listed]:
     """Every object under `prefix`, in listing order (UTF-8 byte order of the key)."""
     out: list[Listed] = []

@@ -11,13 +11,11 @@ from dataclasses import dataclass
 
 from tsproxy import errors
 from tsproxy.errors import FormatError
-from tsproxy.format import TRAILER_SIZE, is_tsproxy_trailer, tail_length
 from tsproxy.format.manifest import META_FORMAT
+from tsproxy.format.tail import TAIL_GUESS, TailTooLong, find_tail, first_read
 from tsproxy.store.base import Backend, ObjectInfo
 
 from .checks import Truncated
-
-TAIL_GUESS = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -46,20 +44,17 @@ class Probe:
 async def probe(backend: Backend, bucket: str, key: str, *, guess: int = TAIL_GUESS) -> Probe:
     """Fetch the object's info and tail; NoSuchKey when it is gone."""
     try:
-        info, end = await backend.get_bytes(bucket, key, -guess, None)
+        info, end = await backend.get_bytes(bucket, key, -first_read(guess), None)
     except errors.InvalidRange:
         # Some stores refuse any range of an empty object.
         return Probe(await backend.head(bucket, key), None)
-    if not is_tsproxy_trailer(end):
-        return Probe(info, None)
     try:
-        needed = tail_length(end[-TRAILER_SIZE:])
+        search = find_tail(end, info.size)
+        if search.read_next:
+            _, end = await backend.get_bytes(bucket, key, -search.read_next, None, if_match=info.etag)
+            search = find_tail(end, info.size)
+    except TailTooLong as e:
+        return Probe(info, None, Truncated(str(e)))
     except FormatError as e:
         return Probe(info, None, e)
-    if needed > info.size:
-        return Probe(
-            info, None, Truncated(f"the trailer names a {needed}-byte tail in a {info.size}-byte object")
-        )
-    if needed > len(end):
-        _, end = await backend.get_bytes(bucket, key, info.size - needed, info.size - 1, if_match=info.etag)
-    return Probe(info, bytes(end[len(end) - needed :]))
+    return Probe(info, bytes(search.tail) if search.tail is not None else None)

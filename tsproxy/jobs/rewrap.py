@@ -19,6 +19,7 @@ import pyarrow as pa
 from tsproxy import errors
 from tsproxy.errors import ConfigError, FormatError, KeyNotFound
 from tsproxy.format import KeyRing, ObjectContext
+from tsproxy.s3.limits import MIN_PART_SIZE
 from tsproxy.service import UploadState
 
 from .driver import Listing, list_bucket, output_dir, write_json
@@ -41,8 +42,6 @@ SCHEMA = pa.schema(
 )
 # rewrapped / would-rewrap / current / passthrough / unencrypted / vanished are fine; these are not.
 PROBLEMS = frozenset({"missing-key", "unreadable", "error"})
-# Objects below the backend's minimum part size are re-uploaded whole; bigger ones only their tail.
-_SMALL = 5 << 20
 
 
 @dataclass
@@ -72,7 +71,8 @@ class RewrapJob(ObjectJob):
         self.dry_run = dry_run
 
     def weight(self, item: Listed) -> int:
-        return OBJECT_WEIGHT + (2 * item.size if item.size < _SMALL else 0)
+        # Objects below the minimum part size are re-uploaded whole; bigger ones only their tail.
+        return OBJECT_WEIGHT + (2 * item.size if item.size < MIN_PART_SIZE else 0)
 
     def new_summary(self) -> RewrapSummary:
         return RewrapSummary()

@@ -19,14 +19,13 @@ from xml.etree import ElementTree as ET
 from xml.parsers import expat
 
 from tsproxy import errors
+from tsproxy.s3.limits import MAX_DELETE_KEYS, check_part_number
 from tsproxy.s3.ranges import iso8601
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
 MAX_BODY = 2 << 20  # CompleteMultipartUpload of 10,000 parts with checksums stays well under this
 MAX_DEPTH = 8
-MAX_DELETE_KEYS = 1000
-MAX_PARTS = 10000
 
 
 # -- listing entries (plain values, no I/O) ---------------------------------------------------------
@@ -473,10 +472,7 @@ def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
         if number_text is None or etag is None or not number_text.strip().isdigit():
             raise errors.MalformedXML()
         number = int(number_text.strip())
-        if not 1 <= number <= MAX_PARTS:
-            raise errors.InvalidArgument(
-                "Part number must be an integer between 1 and 10000, inclusive", ArgumentName="partNumber"
-            )
+        check_part_number(number)
         if parts and number <= parts[-1][0]:
             raise errors.InvalidPartOrder()
         parts.append((number, etag.strip().strip('"')))

@@ -10,11 +10,12 @@ from aiohttp import web
 
 from tsproxy import errors
 from tsproxy.s3 import xml
+from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.server.exchange import OWNER_ID, Exchange, xml_response
 from tsproxy.service import ListedPage
 
 
-def max_keys(query: Mapping[str, str], name: str = "max-keys", default: int = 1000) -> int:
+def max_keys(query: Mapping[str, str], name: str = "max-keys", default: int = MAX_LIST_KEYS) -> int:
     raw = query.get(name)
     if raw is None or raw == "":
         return default
@@ -28,7 +29,7 @@ def max_keys(query: Mapping[str, str], name: str = "max-keys", default: int = 10
         raise errors.InvalidArgument(
             "Argument maxKeys must be an integer between 0 and 2147483647", ArgumentName=name
         )
-    return min(value, 1000)
+    return min(value, MAX_LIST_KEYS)
 
 
 def _encoding_type(query: Mapping[str, str]) -> str | None:

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from tsproxy import errors
 from tsproxy.s3 import ranges, xml
+from tsproxy.s3.limits import check_part_number
 from tsproxy.server import listing, object_handlers
 from tsproxy.server.exchange import OWNER_ID, XML_DECLARATION, Exchange, xml_response
 from tsproxy.server.headers import content_type, stored_headers, user_metadata
@@ -40,11 +41,9 @@ async def create_multipart_upload(ex: Exchange) -> web.StreamResponse:
 
 def _part_number(query: Mapping[str, str]) -> int:
     raw = query.get("partNumber", "")
-    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
-        raise errors.InvalidArgument(
-            "Part number must be an integer between 1 and 10000, inclusive", ArgumentName="partNumber"
-        )
-    return int(raw)
+    part_no = int(raw) if raw.isdigit() else 0  # not a number: refused as out of range, as S3 does
+    check_part_number(part_no)
+    return part_no
 
 
 async def upload_part(ex: Exchange) -> web.StreamResponse:

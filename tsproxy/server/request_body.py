@@ -19,10 +19,10 @@ from typing import Protocol
 from tsproxy import errors
 from tsproxy.s3.checksums import Checksum, checksum_headers, declared_trailer
 from tsproxy.s3.chunked import AwsChunkedDecoder
+from tsproxy.s3.limits import MAX_PART_SIZE
 from tsproxy.s3.sigv4 import AuthResult
 
 READ_SIZE = 1 << 20
-MAX_SINGLE_PUT = 5 << 30  # S3's limit for PutObject and UploadPart
 
 
 @dataclass
@@ -98,7 +98,7 @@ async def payload(
         raise errors.MissingContentLength()
     if not chunked and length is None and headers.get("transfer-encoding", "").lower() != "chunked":
         raise errors.MissingContentLength()
-    if length is not None and length > MAX_SINGLE_PUT:
+    if length is not None and length > MAX_PART_SIZE:
         raise errors.EntityTooLarge()
 
     expected_md5 = _content_md5(headers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tsproxy import errors
+from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service.listing import ListingOps
 from tsproxy.service.namespace import INTERNAL
 from tsproxy.store.base import buckets_of
@@ -20,7 +21,7 @@ class BucketOps(ListingOps):
             return await buckets_of(self.backend).list_buckets()
         assert self.ns.backend_bucket is not None
         page = await self.backend.list(
-            self.ns.backend_bucket, prefix=self.ns.backend_prefix, delimiter="/", max_keys=1000
+            self.ns.backend_bucket, prefix=self.ns.backend_prefix, delimiter="/", max_keys=MAX_LIST_KEYS
         )
         names = [p[len(self.ns.backend_prefix) :].rstrip("/") for p in page.common_prefixes]
         return [(n, datetime.fromtimestamp(0, UTC)) for n in names if n]
@@ -48,7 +49,7 @@ class BucketOps(ListingOps):
             self.catalog.forget(bucket)
         internal = self.ns.internal(bucket, "")
         while True:
-            inner = await self.backend.list(internal.bucket, prefix=internal.key, max_keys=1000)
+            inner = await self.backend.list(internal.bucket, prefix=internal.key, max_keys=MAX_LIST_KEYS)
             keys = [
                 o.key for o in inner.objects if not (self.ns.mapped and o.key.endswith(INTERNAL + "bucket"))
             ]

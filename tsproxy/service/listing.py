@@ -8,6 +8,7 @@ import logging
 from tsproxy import errors
 from tsproxy.format.catalog import CatalogIndex
 from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
+from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service import paging
 from tsproxy.service.core import (
     bounded_gather,
@@ -36,7 +37,7 @@ class ListingOps(ReadOps):
         delimiter: str | None = None,
         start_after: str | None = None,
         token: str | None = None,
-        max_keys: int = 1000,
+        max_keys: int = MAX_LIST_KEYS,
     ) -> ListedPage:
         """A listing in the client's terms: internal objects hidden, sizes and ETags of the original bytes.
 

@@ -17,7 +17,7 @@ from tsproxy.format import (
     build_manifest,
     encode_tail,
 )
-from tsproxy.s3.limits import MAX_PARTS, MIN_PART_SIZE
+from tsproxy.s3.limits import MAX_LIST_KEYS, MIN_PART_SIZE, check_part_number
 from tsproxy.service.core import (
     bounded_gather,
     encode_meta_value,
@@ -127,10 +127,7 @@ class UploadOps(WriteOps):
         self, bucket: str, key: str, upload_id: str, part_no: int, payload: AsyncIterable[bytes | memoryview]
     ) -> PartRecord:
         """Transform one client part as its own segment and keep it until the upload completes."""
-        if not 1 <= part_no <= MAX_PARTS:
-            raise errors.InvalidArgument(
-                "Part number must be an integer between 1 and 10000, inclusive", ArgumentName="partNumber"
-            )
+        check_part_number(part_no)
         state = await self._upload_state(bucket, key, upload_id)
         ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
         # A resent part goes to a fresh data object; the .info written after it switches over atomically.
@@ -161,7 +158,9 @@ class UploadOps(WriteOps):
         infos: list[ObjectInfo] = []
         token: str | None = None
         while True:
-            page = await self.backend.list(prefix.bucket, prefix=prefix.key, token=token, max_keys=1000)
+            page = await self.backend.list(
+                prefix.bucket, prefix=prefix.key, token=token, max_keys=MAX_LIST_KEYS
+            )
             infos += [o for o in page.objects if o.key.endswith(".info")]
             if not page.is_truncated:
                 break
@@ -279,7 +278,7 @@ class UploadOps(WriteOps):
         self._uploads.pop(upload_id)
         prefix = self._upload_loc(bucket, upload_id)
         while True:
-            page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=1000)
+            page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=MAX_LIST_KEYS)
             keys = [o.key for o in page.objects]
             if keys:
                 await self.backend.delete_many(prefix.bucket, keys)
@@ -293,7 +292,9 @@ class UploadOps(WriteOps):
         ids: list[str] = []
         token: str | None = None
         while True:
-            page = await self.backend.list(loc_bucket, prefix=root, delimiter="/", token=token, max_keys=1000)
+            page = await self.backend.list(
+                loc_bucket, prefix=root, delimiter="/", token=token, max_keys=MAX_LIST_KEYS
+            )
             ids += [p[len(root) :].rstrip("/") for p in page.common_prefixes]
             if not page.is_truncated:
                 break

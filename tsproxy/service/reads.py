@@ -6,13 +6,9 @@ from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
 from tsproxy import errors
-from tsproxy.format import (
-    TRAILER_SIZE,
-    decode_tail,
-    tail_length,
-)
+from tsproxy.format import decode_tail
 from tsproxy.format.manifest import META_FORMAT
-from tsproxy.format.manifest import META_TAIL_LENGTH as META_TAIL
+from tsproxy.format.tail import find_tail, first_read, metadata_guess
 from tsproxy.service.core import (
     ServiceCore,
 )
@@ -73,14 +69,16 @@ class ReadOps(ServiceCore):
                 info.etag,
                 backend_metadata=meta,
             )
-        tail_len = int(meta[META_TAIL]) if meta.get(META_TAIL, "").isdigit() else 0
-        if tail_len <= TRAILER_SIZE or tail_len > info.size:
-            _, trailer = await self.backend.get_bytes(
-                loc.bucket, loc.key, -TRAILER_SIZE, None, if_match=info.etag
+        # One GET when the metadata names the tail's length; else the trailer, then the tail it names.
+        want = first_read(metadata_guess(meta, info.size))
+        _, end = await self.backend.get_bytes(loc.bucket, loc.key, -want, None, if_match=info.etag)
+        search = find_tail(end, info.size)
+        if search.read_next:
+            _, end = await self.backend.get_bytes(
+                loc.bucket, loc.key, -search.read_next, None, if_match=info.etag
             )
-            tail_len = tail_length(trailer)
-        _, tail = await self.backend.get_bytes(loc.bucket, loc.key, -tail_len, None, if_match=info.etag)
-        manifest, ctx = await self._cpu("read", decode_tail, tail, self.keyring)
+        # decode_tail says what is wrong with an end that holds no tail.
+        manifest, ctx = await self._cpu("read", decode_tail, end, self.keyring)
         return StoredObject.written(loc, info, manifest, ctx, meta)
 
     def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes | memoryview]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SOURCE_NAME", "register"]
+from .options import SOURCE_NAME
 
-SOURCE_NAME = "tiered-kafka"
+__all__ = ["SOURCE_NAME", "register"]
 
 
 def register(spark: Any) -> None:

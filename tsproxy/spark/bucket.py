@@ -25,13 +25,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tsproxy import errors
 from tsproxy.errors import KeyNotFound
-from tsproxy.format import MAGIC, TRAILER_SIZE, KeyRing, Manifest, ObjectContext, decode_tail, tail_length
+from tsproxy.format import KeyRing, Manifest, ObjectContext, decode_tail
 from tsproxy.format.objects import iter_range
+from tsproxy.format.tail import TAIL_GUESS, TailTooLong, find_tail, first_read
+from tsproxy.s3.limits import MAX_LIST_KEYS
 
 from .options import StoreOptions
 
-# A suffix this long holds the tail of any ordinary object in one GET (the manifest grows with chunks).
-TAIL_GUESS = 64 << 10
 STREAM_PIECE = 1 << 20
 _OPEN_CACHE = 64  # decoded tails kept per process: a worker reads several pieces of one segment
 
@@ -104,7 +104,7 @@ class Bucket:
         """(key, listed size) of every object under prefix, in key order."""
         token: str | None = None
         while True:
-            args: dict[str, Any] = {"Bucket": self.options.bucket, "Prefix": prefix, "MaxKeys": 1000}
+            args: dict[str, Any] = {"Bucket": self.options.bucket, "Prefix": prefix, "MaxKeys": MAX_LIST_KEYS}
             if token:
                 args["ContinuationToken"] = token
             page = self.call(f"s3://{self.options.bucket}/{prefix}", self.client.list_objects_v2, **args)
@@ -186,16 +186,17 @@ class Bucket:
                 _opened.move_to_end(cache_key)
                 return cached
         try:
-            suffix, size = self._get(key, f"bytes=-{TAIL_GUESS}")
+            suffix, size = self._get(key, f"bytes=-{first_read(TAIL_GUESS)}")
         except errors.InvalidRange:
             suffix, size = b"", 0  # an empty object
         manifest = ctx = None
-        if len(suffix) >= TRAILER_SIZE and suffix[-len(MAGIC) :] == MAGIC:
-            need = tail_length(suffix[-TRAILER_SIZE:])
-            if need > size:
-                raise errors.InternalError(f"{self.uri(key)}: tsproxy tail longer than the object")
-            if need > len(suffix):
-                suffix, _ = self._get(key, f"bytes=-{need}")
+        try:
+            search = find_tail(suffix, size)
+        except TailTooLong:
+            raise errors.InternalError(f"{self.uri(key)}: tsproxy tail longer than the object") from None
+        if search.has_trailer:
+            if search.read_next:
+                suffix, _ = self._get(key, f"bytes=-{search.read_next}")
             try:
                 manifest, ctx = decode_tail(suffix, _key_ring(self.options.key_ring or ""))
             except KeyNotFound as e:

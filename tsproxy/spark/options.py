@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from tsproxy.errors import ConfigError
 
+SOURCE_NAME = "tiered-kafka"  # spark.read.format(SOURCE_NAME)
 LAYOUTS = ("aiven", "logdir")
 PARTITION_BY = ("partition", "hourly")  # the export's output layouts
 DEFAULT_MAX_BYTES = 64 << 20

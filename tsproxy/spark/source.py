@@ -16,11 +16,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from . import SOURCE_NAME
 from .arrow import spark_ddl
 from .bucket import Bucket
 from .catalog import plan_read
-from .options import ReadOptions, parse_read_options
+from .options import SOURCE_NAME, ReadOptions, parse_read_options
 from .planning import Piece
 from .reading import read_piece
 
