@@ -10,21 +10,22 @@ Download, per object (DownloadChain.open), the mirror image::
 
     stored -> open seal (tag or CRC32C verified) -> open compression (inflate when shorter) -> chunk
 
-Which stages an object uses is its Stages: the compression codec and the seal stage, by name. New objects
-get keyed_seal() with a DEK and unkeyed_seal() without one; a stored object's Stages comes from what its
-manifest records (format v1: the manifest's flag bit 0 names the seal; the codec is always zstd, and a
-chunk is compressed exactly when its payload is shorter than its original length). Only the
-seal is per segment (salt or CRC32Cs); compression is per object (level) and decided per segment
-(auto's Kafka probe); the decision is recorded but does not change how a chunk is read.
+Which stages an object uses is its Stages: the compression codec and the seal, by name. New objects get
+keyed_seal() with a DEK and unkeyed_seal() without one; a stored object's Stages comes from what its
+manifest records (format v1: manifest flag bit 0 names the seal; the codec is always zstd). The seal
+is set up per segment (salt, or CRC32Cs); compression is per object (level) and decided per segment
+(auto's Kafka probe). The decision is recorded but does not change how a chunk is read: a payload
+shorter than its chunk's original length is a zstd frame.
 
 Adding a stage
 --------------
-A new cipher is a SealStage subclass in stages.py (name, keyed, overhead, for_segment, seal, open), its
-entry in SEALS below with the manifest flag bits that name it (a new bit, so older readers refuse the
-object instead of misreading it; a new format version per docs/FORMAT.md), and a line in
-docs/FORMAT.md. A keyed stage records a salt per segment and gets its nonce from (salt, chunk number)
-and its associated data from chunk_aad(); manifest, segment entries, chunk index and callers need no
-change. A new codec is a class with ZstdStage's shape plus an entry in CODECS and the record that names it.
+A new cipher is a SealStage subclass in stages.py (name, keyed, overhead, for_segment, seal, open) and
+its entry in SEALS below under a new manifest flag bit (an older reader refuses an unknown bit rather
+than misread the object; that is a new format version: docs/FORMAT.md and golden files). To write new
+objects with it, keyed_seal() returns its name. A keyed seal records a salt per segment and derives
+its nonce and associated data from the chunk's position (context.py); the manifest, segment entries,
+chunk index and callers need no change. A new codec is a class shaped like ZstdStage in CODECS, plus
+the record that names it.
 """
 
 from __future__ import annotations
