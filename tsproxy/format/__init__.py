@@ -1,4 +1,4 @@
-"""The stored object format: chunking, compression, encryption, chunk index and manifest. Pure, no I/O.
+"""The stored object format: chunking, transform stages, chunk index and manifest. Pure, no I/O.
 
 docs/FORMAT.md describes the bytes; this package is the only code that reads or writes them.
 """
@@ -20,6 +20,7 @@ from .manifest import (
     tail_length,
 )
 from .objects import decode_object, encode_object, encode_stream, iter_range, open_object, read_range
+from .pipeline import Stages
 from .segment import SegmentEncoder, SegmentInfo
 from .settings import DEFAULT_CHUNK_SIZE, FORMAT_VERSION, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransformSettings
 
@@ -39,6 +40,7 @@ __all__ = [
     "SegmentEncoder",
     "SegmentInfo",
     "Span",
+    "Stages",
     "TransformSettings",
     "build_manifest",
     "decode_object",

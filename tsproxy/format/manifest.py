@@ -27,9 +27,10 @@ from awscrt.checksums import crc32c
 
 from tsproxy.errors import FormatError, IntegrityError
 
-from .context import MANIFEST_MAC_SIZE, MAX_SEGMENT_NO, OBJECT_ID_SIZE, TAG_SIZE, ObjectContext
+from .context import MANIFEST_MAC_SIZE, MAX_SEGMENT_NO, OBJECT_ID_SIZE, ObjectContext
 from .index import ChunkIndex
 from .keyring import KeyRing
+from .pipeline import SEAL_FLAG_BITS, Stages
 from .segment import MD5_SIZE, SegmentInfo
 from .settings import (
     COMPRESSION_MODES,
@@ -48,10 +49,10 @@ SUPPORTED_VERSIONS = frozenset({1})
 _TRAILER = struct.Struct(">IHH8s")
 _CRC_SIZE = 4
 
-_F_ENCRYPTED = 0x01
+# Bit 0 (encrypted) names the seal stage, as the registry in pipeline.py says (Stages.from_manifest_flags).
 _F_MD5 = 0x02
 _F_CONTENT_TYPE = 0x04
-_F_KNOWN = _F_ENCRYPTED | _F_MD5 | _F_CONTENT_TYPE
+_F_KNOWN = SEAL_FLAG_BITS | _F_MD5 | _F_CONTENT_TYPE
 
 # Backend user-metadata keys (the backend adds its own x-amz-meta- prefix).
 META_FORMAT = "tsproxy-format"
@@ -74,9 +75,9 @@ class Manifest:
     etag: str  # unquoted, as S3 shows it
     md5: bytes | None  # MD5 of the whole original when known (single PUT)
     segments: tuple[SegmentInfo, ...]
-    compression: str
+    compression: str  # the mode the object was written with; the codec is stages.codec
     level: int
-    encrypted: bool
+    stages: Stages  # what the chunks went through, as the format records it
     kek_id: str | None
     wrapped_dek: bytes | None
     content_type: str | None
@@ -90,6 +91,11 @@ class Manifest:
         object.__setattr__(self, "headers", dict(self.headers))
         _validate(self)
         object.__setattr__(self, "index", ChunkIndex(self.chunk_size, self.segments))
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the object is sealed under a DEK (wrapped by a KEK, so rewrapping applies)."""
+        return self.stages.keyed
 
     @property
     def data_size(self) -> int:
@@ -129,13 +135,13 @@ def _validate(m: Manifest) -> None:
         need(bool(m.kek_id) and bool(m.wrapped_dek), "an encrypted object needs kek_id and wrapped_dek")
     else:
         need(m.kek_id is None and m.wrapped_dek is None, "an unencrypted object has no kek_id or wrapped_dek")
-    overhead = TAG_SIZE if m.encrypted else 0
+    overhead = m.stages.overhead
     previous = 0
     total = 0
     for seg in m.segments:
         need(seg.segment_no > previous, "segments must be in ascending segment_no order")
         previous = seg.segment_no
-        need(seg.encrypted == m.encrypted, f"segment {seg.segment_no} disagrees on encryption")
+        need(bool(seg.salt) == m.stages.keyed, f"segment {seg.segment_no} disagrees on encryption")
         count = len(seg.stored_sizes)
         need(
             count == _chunk_count(seg.original_size, m.chunk_size),
@@ -180,7 +186,7 @@ def build_manifest(
         segments=tuple(segments),
         compression=settings.compression,
         level=settings.level,
-        encrypted=ctx.encrypted,
+        stages=Stages.for_context(ctx),
         kek_id=ctx.kek_id,
         wrapped_dek=ctx.wrapped_dek,
         content_type=content_type,
@@ -191,7 +197,7 @@ def build_manifest(
 
 def _encode_body(m: Manifest) -> bytes:
     w = Writer()
-    flags = _F_ENCRYPTED if m.encrypted else 0
+    flags = m.stages.manifest_flags
     flags |= _F_MD5 if m.md5 is not None else 0
     flags |= _F_CONTENT_TYPE if m.content_type is not None else 0
     w.u8(flags)
@@ -276,7 +282,8 @@ def decode_tail(
 def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, ObjectContext]:
     trailer = tail[-TRAILER_SIZE:]
     signed = tail[:-TRAILER_SIZE]
-    encrypted = bool(signed[0] & _F_ENCRYPTED)
+    stages = Stages.from_manifest_flags(signed[0])
+    encrypted = stages.keyed
     check_size = MANIFEST_MAC_SIZE if encrypted else _CRC_SIZE
     if len(signed) < check_size + 1:
         raise IntegrityError("manifest: truncated")
@@ -314,7 +321,7 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
     metadata = r.mapping()
     headers = r.mapping()
     count = r.varint(min(r.remaining(), MAX_SEGMENT_NO))
-    segments = tuple(SegmentInfo.read(r, chunk_size, encrypted) for _ in range(count))
+    segments = tuple(SegmentInfo.read(r, chunk_size, stages) for _ in range(count))
     r.end()
 
     try:
@@ -328,7 +335,7 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
             segments=segments,
             compression=COMPRESSION_MODES[mode],
             level=level,
-            encrypted=encrypted,
+            stages=stages,
             kek_id=kek_id,
             wrapped_dek=wrapped,
             content_type=content_type,

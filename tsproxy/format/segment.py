@@ -1,34 +1,23 @@
 """Segments: the unit the store path transforms in one pass (a single PUT, or one part of a multipart upload).
 
-A segment is cut into chunks of the object's chunk size (the last may be short). Each chunk is
-compressed with zstd when the segment's compression decision says so and the result is strictly
-smaller, then sealed with AES-256-GCM (16-byte tag, derived nonce) or, without encryption, stored as is
-with its CRC32C recorded. A stored chunk is therefore raw exactly when its length is the original length
-(plus 16 with encryption); no per-chunk flag is needed.
+A segment is cut into chunks of the object's chunk size (the last may be short), and each chunk goes
+up the segment's UploadChain (pipeline.py): compressed with zstd when the segment's compression
+decision says so and the result is strictly smaller, then sealed with AES-256-GCM (16-byte tag,
+derived nonce) or, without encryption, stored as is with its CRC32C recorded. A stored chunk is
+therefore raw exactly when its length is the original length plus the seal's overhead; no per-chunk
+flag is needed. This module buffers, counts and records; the stages do the transforming.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
-
-import zstandard
-from awscrt.checksums import crc32c
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tsproxy.errors import EntityTooLarge, FormatError
 
-from .context import (
-    MAX_SEGMENT_NO,
-    SALT_SIZE,
-    ObjectContext,
-    aad_prefix,
-    chunk_aad,
-    chunk_nonce,
-)
+from .context import MAX_SEGMENT_NO, SALT_SIZE, ObjectContext
 from .index import decode_sizes, encode_sizes
-from .kafka_probe import contains_compressed_kafka, looks_like_compressed_kafka
+from .pipeline import Stages, UploadChain
 from .settings import MIN_CHUNK_SIZE, TransformSettings
 from .wire import Reader, Writer
 
@@ -75,10 +64,6 @@ class SegmentInfo:
         """Bytes the segment's chunks take in the backend."""
         return sum(self.stored_sizes)
 
-    @property
-    def encrypted(self) -> bool:
-        return bool(self.salt)
-
     def write(self, w: Writer) -> None:
         """Append the segment's manifest encoding to w."""
         w.varint(self.segment_no)
@@ -93,18 +78,18 @@ class SegmentInfo:
             w.raw(b"".join(c.to_bytes(4, "big") for c in self.crc32c))
 
     @classmethod
-    def read(cls, r: Reader, chunk_size: int | None = None, encrypted: bool | None = None) -> SegmentInfo:
+    def read(cls, r: Reader, chunk_size: int | None = None, stages: Stages | None = None) -> SegmentInfo:
         """Read one segment written by write(); IntegrityError when malformed.
 
-        Inside a manifest, chunk_size and encrypted are known: the chunk count must be exactly the one
-        the segment's size implies, and salt and CRC32Cs must agree with the encryption. Counts are
-        bounded before anything is allocated for them.
+        Inside a manifest, chunk_size and the object's stages are known: the chunk count must be exactly
+        the one the segment's size implies, and salt or CRC32Cs must be what the seal stage records (a
+        keyed one a salt, an unkeyed one CRC32Cs). Counts are bounded before anything is allocated for them.
         """
         segment_no = r.varint(MAX_SEGMENT_NO)
         flags = r.u8()
         if flags & ~(_F_COMPRESSED | _F_SALT | _F_CRC) or (flags & _F_SALT and flags & _F_CRC):
             raise r.fail(f"bad segment flags {flags:#x}")
-        if encrypted is not None and bool(flags & _F_SALT) != encrypted:
+        if stages is not None and bool(flags & _F_SALT) != stages.keyed:
             raise r.fail(f"segment {segment_no} disagrees with the manifest on encryption")
         salt = bytes(r.take(SALT_SIZE)) if flags & _F_SALT else b""
         original_size = r.varint(MAX_SEGMENT_SIZE)
@@ -153,7 +138,7 @@ class SegmentEncoder:
 
     Memory is one chunk buffer plus the chunk being sealed. A full chunk is held back until more data
     arrives or finish() is called, because only then is it known whether it is the segment's last.
-    Not thread-safe (it owns a zstd context): use one encoder from one thread at a time.
+    Not thread-safe (its chain owns a zstd context): use one encoder from one thread at a time.
     """
 
     def __init__(
@@ -167,10 +152,7 @@ class SegmentEncoder:
     ) -> None:
         if not 1 <= segment_no <= MAX_SEGMENT_NO:
             raise ValueError(f"segment_no {segment_no} is not within 1..{MAX_SEGMENT_NO}")
-        self._settings = settings
         self._segment_no = segment_no
-        # False for a multipart part after the first: its data starts anywhere inside the object.
-        self._object_start = object_start
         self._chunk_size = settings.chunk_size
         # The chunk buffer grows to the chunk size only as data arrives: a small object never pays for a
         # whole (up to 64 MiB) chunk of zeroed memory.
@@ -179,20 +161,9 @@ class SegmentEncoder:
         self._size = 0
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._sizes: list[int] = []
-        self._crcs: list[int] = []
-        self._compressor: zstandard.ZstdCompressor | None = None
-        self._compressed = False
         self._info: SegmentInfo | None = None
-        self._aead: AESGCM | None = None
-        if ctx.dek is not None:
-            self._aead = AESGCM(ctx.dek)
-            self._salt = salt if salt is not None else os.urandom(SALT_SIZE)
-            if len(self._salt) != SALT_SIZE:
-                raise ValueError("salt must be 8 bytes")
-            self._aad = aad_prefix(ctx.object_id, segment_no)
-        else:
-            self._salt = b""
-            self._aad = b""
+        # object_start False: a multipart part after the first, its data starting anywhere in the object.
+        self._chain = UploadChain(ctx, settings, segment_no, salt=salt, object_start=object_start)
 
     @property
     def info(self) -> SegmentInfo:
@@ -247,14 +218,15 @@ class SegmentEncoder:
         if self._fill:
             out.append(self._seal(self._view[: self._fill], last=True))
             self._fill = 0
+        seal = self._chain.seal_stage
         self._info = SegmentInfo(
             segment_no=self._segment_no,
-            salt=self._salt,
+            salt=seal.salt,
             original_size=self._size,
             md5=self._md5.digest(),
             stored_sizes=tuple(self._sizes),
-            compressed=self._compressed,
-            crc32c=tuple(self._crcs) if self._aead is None else (),
+            compressed=self._chain.compressed,
+            crc32c=seal.crcs,
         )
         self._view.release()
         return out
@@ -266,30 +238,7 @@ class SegmentEncoder:
         self._view.release()
         self._view = memoryview(bigger)
 
-    def _decide_compression(self, first_chunk: memoryview) -> None:
-        mode = self._settings.compression
-        probe = looks_like_compressed_kafka if self._object_start else contains_compressed_kafka
-        if mode == "on" or (mode == "auto" and not probe(first_chunk)):
-            self._compressed = True
-            self._compressor = zstandard.ZstdCompressor(
-                level=self._settings.level, write_checksum=False, write_content_size=True
-            )
-
     def _seal(self, chunk: memoryview, last: bool) -> bytes:
-        chunk_no = len(self._sizes)
-        if chunk_no == 0:
-            self._decide_compression(chunk)
-        payload: bytes | memoryview = chunk
-        if self._compressor is not None:
-            packed = self._compressor.compress(chunk)
-            if len(packed) < len(chunk):
-                payload = packed
-        if self._aead is not None:
-            stored = self._aead.encrypt(
-                chunk_nonce(self._salt, chunk_no), payload, chunk_aad(self._aad, chunk_no, last)
-            )
-        else:
-            stored = payload if isinstance(payload, bytes) else bytes(payload)
-            self._crcs.append(crc32c(stored))
+        stored = self._chain.seal(chunk, len(self._sizes), last)
         self._sizes.append(len(stored))
         return stored
