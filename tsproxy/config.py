@@ -102,6 +102,22 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"{value!r} is not a boolean (true/false)")
 
 
+def show_size(size: int) -> str:
+    """Bytes in the largest binary unit that holds them whole: 4194304 -> '4MiB'."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def show_duration(seconds: float) -> str:
+    """Seconds in the largest unit that holds them whole: 900 -> '15m'."""
+    for unit, length in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds and seconds % length == 0:
+            return f"{seconds / length:g}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
 def _parse_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, list | tuple):
         return tuple(str(v) for v in value)
@@ -360,6 +376,28 @@ _CHECKS: dict[str, Check] = {
 }
 SETTINGS = tuple(_PARSERS)
 DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in fields(Config) if f.name in _PARSERS}
+
+
+def show(name: str, value: Any = None) -> str:
+    """A setting's value (its default when not given) as one writes it in TOML or a flag."""
+    if value is None:
+        value = DEFAULTS[name]
+    parse = _PARSERS[name]
+    if value is None:
+        return "unset"
+    if parse is parse_size:
+        return show_size(value)
+    if parse is parse_duration:
+        return show_duration(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if parse in (parse_hostport, _parse_optional_hostport):
+        return f"{value[0]}:{value[1]}"
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    if isinstance(value, Path) and not value.is_absolute():
+        return f"./{value}"
+    return str(value)
 
 
 def _validate(cfg: Config) -> None:

@@ -24,7 +24,11 @@ CONFIG_FLAGS = (
     ("--backend-bucket", "backend_bucket", "client buckets are mapped under this one backend bucket"),
     ("--backend-prefix", "backend_prefix", "key prefix inside --backend-bucket"),
     ("--key-ring", "key_ring", "key ring file; every executor must be able to read it at this path"),
-    ("--chunk-size", "chunk_size", "chunk size of objects migrate writes (default 4MiB)"),
+    (
+        "--chunk-size",
+        "chunk_size",
+        f"chunk size of objects migrate writes (default {config.show('chunk_size')})",
+    ),
     ("--compression", "compression", "off, on or auto, for objects migrate writes"),
 )
 
