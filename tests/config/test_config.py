@@ -137,6 +137,10 @@ def test_jobs_hold_the_same_settings(tmp_path: Path) -> None:
     assert options.transform() == cfg.transform_settings()
     assert options.settings.backend == cfg.backend_settings().url  # absolute, for executors elsewhere
     assert options.replace(task_slots=2).task_rate == 5.0
+    changed = options.replace(compression_level=7, concurrency=3)
+    assert (changed.settings.compression_level, changed.concurrency, changed.chunk_size) == (7, 3, 1 << 20)
+    with pytest.raises(ConfigError, match="chunk_size"):
+        options.replace(chunk_size=1)
     # The jobs' defaults are the server's: a job built without a level writes like the server.
     bare = JobOptions.from_config(Config(backend=f"file://{tmp_path}"), "bucket")
     assert bare.transform().level == defaults.COMPRESSION_LEVEL

@@ -77,7 +77,7 @@ def test_rotate_rewrap_remove_and_read_everything(
     ring = KeyRing.load(without_a)
     ring.remove("kek-a")
     ring.save(without_a)
-    before = verify(spark, options.replace(key_ring=str(without_a)), output=str(tmp_path / "verify-before"))
+    before = verify(spark, options.replace(key_ring=without_a), output=str(tmp_path / "verify-before"))
     assert before.tally.counts == {"missing-key": len(objects)}
 
     first = rewrap(spark, options, output=str(tmp_path / "rewrap-1"))

@@ -57,6 +57,12 @@ class JobOptions:
         return cls(settings=cfg, bucket=bucket, **job)
 
     def replace(self, **changes: Any) -> JobOptions:
+        """A copy with job fields and settings (Config field names, parsed values) changed."""
+        own = {f.name for f in dataclasses.fields(self)}
+        settings = {k: v for k, v in changes.items() if k not in own}
+        if settings:
+            changes = {k: v for k, v in changes.items() if k in own}
+            changes["settings"] = changes.get("settings", self.settings).replace(**settings)
         return dataclasses.replace(self, **changes)
 
     # The settings a job's code and its reports look at, by the names jobs use.
