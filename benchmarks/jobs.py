@@ -19,6 +19,7 @@ from typing import Any
 
 from common import MIB, Seaweed, kafka_like, print_table, write_json
 
+from tsproxy.config import Config
 from tsproxy.format import KeyRing, TransformSettings, encode_object, open_object
 from tsproxy.format.manifest import TRAILER_SIZE, tail_length
 from tsproxy.jobs import JobOptions, rewrap, spark_session, verify
@@ -85,15 +86,14 @@ def main() -> int:
         s3.create_bucket(Bucket=bucket)
         stored = make_objects(s3, bucket, ring, args.objects, args.size_mib * MIB, args.data)
         print(f"{args.objects} objects, {stored / MIB:.1f} MiB stored", file=sys.stderr)
-        options = JobOptions(
+        settings = Config(
             backend=weed.endpoint,
-            bucket=bucket,
-            key_ring=str(ring_path),
-            region="us-east-1",
-            access_key=weed.access_key,
-            secret_key=weed.secret_key,
-            concurrency=4,
+            key_ring=ring_path,
+            backend_region="us-east-1",
+            backend_access_key=weed.access_key,
+            backend_secret_key=weed.secret_key,
         )
+        options = JobOptions.from_config(settings, bucket, concurrency=4)
         for n, master in enumerate(("local[1]", "local[2]"), 1):
             if spark is not None:
                 spark.stop()

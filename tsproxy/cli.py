@@ -12,33 +12,51 @@ from tsproxy import __version__, config, logs
 from tsproxy.errors import ConfigError
 
 SERVE_FLAGS = (
-    ("--listen", "listen", "HOST:PORT of the S3 API (default 127.0.0.1:9000)"),
+    ("--listen", "listen", f"HOST:PORT of the S3 API (default {config.show('listen')})"),
     (
         "--metrics-listen",
         "metrics_listen",
-        "HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9102; 'off')",
+        f"HOST:PORT for /metrics, /healthz, /readyz (default {config.show('metrics_listen')}; 'off')",
     ),
-    ("--backend", "backend", "file:///path (default ./tsproxy-data) or http(s)://host:port of an S3 store"),
+    (
+        "--backend",
+        "backend",
+        f"file:///path (default {config.show('backend').removeprefix('file://')}) "
+        "or http(s)://host:port of an S3 store",
+    ),
     ("--backend-region", "backend_region", "region of the S3 backend"),
     ("--backend-bucket", "backend_bucket", "map every client bucket under this one backend bucket"),
     ("--backend-prefix", "backend_prefix", "key prefix inside --backend-bucket"),
-    ("--backend-part-size", "backend_part_size", "multipart part size for backend uploads (default 25MiB)"),
+    (
+        "--backend-part-size",
+        "backend_part_size",
+        f"multipart part size for backend uploads (default {config.show('backend_part_size')})",
+    ),
     (
         "--key-ring",
         "key_ring",
         "key ring file (tsproxy keys init); a dev ring is generated for file:// backends",
     ),
-    ("--chunk-size", "chunk_size", "chunk size, 64KiB..64MiB (default 4MiB)"),
+    ("--chunk-size", "chunk_size", f"chunk size, 64KiB..64MiB (default {config.show('chunk_size')})"),
     (
         "--compression",
         "compression",
-        "off, on or auto (default auto: skip already-compressed Kafka segments)",
+        f"off, on or auto (default {config.show('compression')}; "
+        "auto: skip already-compressed Kafka segments)",
     ),
-    ("--compression-level", "compression_level", "zstd level (default 1)"),
-    ("--cache-dir", "cache_dir", "chunk cache directory (default ./tsproxy-cache; 'off' disables it)"),
-    ("--cache-size", "cache_size", "chunk cache size (default 1GiB)"),
-    ("--prefetch", "prefetch", "bytes read ahead of a forward-moving reader (default 16MiB)"),
-    ("--region", "region", "region this endpoint reports (default us-east-1)"),
+    ("--compression-level", "compression_level", f"zstd level (default {config.show('compression_level')})"),
+    (
+        "--cache-dir",
+        "cache_dir",
+        f"chunk cache directory (default {config.show('cache_dir')}; 'off' disables it)",
+    ),
+    ("--cache-size", "cache_size", f"chunk cache size (default {config.show('cache_size')})"),
+    (
+        "--prefetch",
+        "prefetch",
+        f"bytes read ahead of a forward-moving reader (default {config.show('prefetch')})",
+    ),
+    ("--region", "region", f"region this endpoint reports (default {config.show('region')})"),
     ("--log-level", "log_level", "debug, info, warning, error"),
 )
 

@@ -1,7 +1,14 @@
-"""One validated configuration object, from defaults < TOML file < environment < command line.
+"""One validated settings object, from defaults < TOML file < environment < command line.
 
-Nothing else in tsproxy reads environment variables. Every bad value stops startup with one line that
-says which setting, where it came from, and what is wrong.
+`load` builds a `Config` once; what the parts of tsproxy need derives from it (`transform_settings()`,
+`backend_settings()`, `cache_settings()`), and the jobs hold one too. Nothing else in tsproxy reads
+environment variables. Every bad value stops startup with one line that says which setting, where it
+came from, and what is wrong. Default values live in tsproxy/defaults.py.
+
+Adding a setting: its default in defaults.py; a field of `Config` with
+`metadata=parsed_by(parser, check)` (that alone makes its TOML key and its TSPROXY_<NAME> variable);
+a flag in cli.py where one is wanted; a row in docs/CONFIG.md (tests/config holds the table to the
+fields). A rule that involves several settings goes in `_validate`.
 """
 
 from __future__ import annotations
@@ -9,12 +16,26 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tsproxy import defaults
 from tsproxy.errors import ConfigError
+from tsproxy.format.settings import (
+    COMPRESSION_MODES,
+    MAX_CHUNK_SIZE,
+    MAX_LEVEL,
+    MIN_CHUNK_SIZE,
+    MIN_LEVEL,
+    CompressionMode,
+    TransformSettings,
+)
+
+if TYPE_CHECKING:
+    from tsproxy.store.base import Backend
+    from tsproxy.store.observe import OnRequest
 
 ENV_PREFIX = "TSPROXY_"
 DEV_ACCESS_KEY = "tsproxy-dev"
@@ -82,10 +103,97 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"{value!r} is not a boolean (true/false)")
 
 
+def show_size(size: int) -> str:
+    """Bytes in the largest binary unit that holds them whole: 4194304 -> '4MiB'."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def show_duration(seconds: float) -> str:
+    """Seconds in the largest unit that holds them whole: 900 -> '15m'."""
+    for unit, length in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds and seconds % length == 0:
+            return f"{seconds / length:g}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
 def _parse_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, list | tuple):
         return tuple(str(v) for v in value)
     return tuple(v.strip() for v in str(value).split(",") if v.strip())
+
+
+def _is_off(value: Any) -> bool:
+    return str(value).strip().lower() in ("", "off", "none")
+
+
+def _parse_optional_hostport(value: Any) -> tuple[str, int] | None:
+    return None if _is_off(value) else parse_hostport(value)
+
+
+def _parse_path(value: Any) -> Path:
+    return Path(str(value)).expanduser()
+
+
+def _parse_optional_path(value: Any) -> Path | None:
+    return None if _is_off(value) else _parse_path(value)
+
+
+# A check takes a parsed value and returns what is wrong with it, or None.
+Check = Callable[[Any], str | None]
+
+
+def _between(low: int, high: int, why: str) -> Check:
+    return lambda v: None if low <= v <= high else why
+
+
+def _at_least(low: float, why: str) -> Check:
+    return lambda v: None if v >= low else why
+
+
+def _check_backend_url(url: str) -> str | None:
+    if url.startswith(("file:", "http://", "https://")):
+        return None
+    return f"{url!r} is not file:///path or http(s)://host:port"
+
+
+_check_part_size = _between(5 << 20, 5 << 30, "must be between 5MiB and 5GiB (S3 part size limits)")
+_check_key_ring_check = _at_least(0, "must not be negative (0 turns the periodic check off)")
+# The transform settings' own bounds (TransformSettings checks them too), said in config terms.
+_check_chunk_size = _between(MIN_CHUNK_SIZE, MAX_CHUNK_SIZE, "must be between 64KiB and 64MiB")
+_check_compression_level = _between(MIN_LEVEL, MAX_LEVEL, f"must be between {MIN_LEVEL} and {MAX_LEVEL}")
+
+
+def _check_compression(mode: str) -> str | None:
+    return None if mode in COMPRESSION_MODES else f"{mode!r} is not one of off, on, auto"
+
+
+def _check_log_level(level: str) -> str | None:
+    if level.lower() in ("debug", "info", "warning", "error"):
+        return None
+    return "must be debug, info, warning or error"
+
+
+def parsed_by(parse: Callable[[Any], Any], check: Check | None = None) -> dict[str, Any]:
+    """The metadata that makes a field of `Config` a setting, read from TOML, TSPROXY_<NAME> and flags.
+
+    `parse` turns text (or a TOML value) into the field's value; `check` (optional) says what is wrong
+    with a parsed value on its own, and every Config runs it.
+    """
+    return {"parse": parse, "check": check}
+
+
+def is_local_url(url: str) -> bool:
+    """Whether a backend URL names the embedded local directory (file:)."""
+    return url.startswith("file:")
+
+
+def local_root(url: str) -> Path:
+    """The root directory of a file: backend ('file://./x' is relative to the working directory)."""
+    rest = url[len("file://") :] if url.startswith("file://") else url[5:]
+    return Path(rest).expanduser()
 
 
 @dataclass(frozen=True)
@@ -95,123 +203,218 @@ class Credentials:
 
 
 @dataclass(frozen=True)
-class Config:
-    """Every setting of `tsproxy serve`; see docs/CONFIG.md and `tsproxy serve --help`."""
+class BackendSettings:
+    """How to reach the object store behind tsproxy, and where client buckets live in it."""
 
-    listen: tuple[str, int] = ("127.0.0.1", 9000)
-    metrics_listen: tuple[str, int] | None = ("127.0.0.1", 9102)
-    backend: str = "file://./tsproxy-data"
-    backend_region: str | None = None
-    backend_path_style: bool = True
-    backend_part_size: int = 25 << 20
-    backend_access_key: str | None = None
-    backend_secret_key: str | None = field(default=None, repr=False)
-    backend_bucket: str | None = None
-    backend_prefix: str = ""
-    backend_max_attempts: int = 5
-    key_ring: Path | None = None
-    key_ring_check: float = 30.0  # seconds between looks at the key ring file for changes; 0: SIGHUP only
-    chunk_size: int = 4 << 20
-    compression: str = "auto"
-    compression_level: int = 1
-    encryption: bool = True
-    cache_dir: Path | None = Path("./tsproxy-cache")
-    cache_size: int = 1 << 30
-    cache_encrypt: bool = False
-    memory_cache_size: int = 32 << 20  # decoded chunks kept in memory in front of the disk cache
-    prefetch: int = 16 << 20
-    metadata_ttl: float = 5.0
+    url: str  # a file: URL names an absolute directory here
+    region: str | None = None
+    path_style: bool = defaults.BACKEND_PATH_STYLE
+    part_size: int = defaults.BACKEND_PART_SIZE
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    max_attempts: int = defaults.BACKEND_MAX_ATTEMPTS
+    bucket: str | None = None  # every client bucket under this one backend bucket ...
+    prefix: str = ""  # ... at <prefix><client bucket>/
+
+    @property
+    def local(self) -> bool:
+        return is_local_url(self.url)
+
+    def open(self, on_request: OnRequest | None = None) -> Backend:
+        """A backend (not yet started) for these settings."""
+        from tsproxy.store import open_backend
+
+        if self.local:
+            return open_backend(self.url, on_request=on_request)
+        return open_backend(
+            self.url,
+            region=self.region,
+            path_style=self.path_style,
+            part_size=self.part_size,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            max_attempts=self.max_attempts,
+            on_request=on_request,
+        )
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """The chunk cache on disk (directory None: none), the hot chunks in memory and prefetch."""
+
+    directory: Path | None
+    size: int
+    encrypt: bool
+    memory_bytes: int
+    prefetch_bytes: int
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of `tsproxy serve`, validated; see docs/CONFIG.md and `tsproxy serve --help`.
+
+    Built by `load`; building one directly (`Config(...)`, `replace`) validates it too.
+    """
+
+    listen: tuple[str, int] = field(default=defaults.LISTEN, metadata=parsed_by(parse_hostport))
+    metrics_listen: tuple[str, int] | None = field(
+        default=defaults.METRICS_LISTEN, metadata=parsed_by(_parse_optional_hostport)
+    )
+    backend: str = field(default=defaults.BACKEND, metadata=parsed_by(str, _check_backend_url))
+    backend_region: str | None = field(default=None, metadata=parsed_by(str))
+    backend_path_style: bool = field(default=defaults.BACKEND_PATH_STYLE, metadata=parsed_by(parse_bool))
+    backend_part_size: int = field(
+        default=defaults.BACKEND_PART_SIZE, metadata=parsed_by(parse_size, _check_part_size)
+    )
+    backend_access_key: str | None = field(default=None, metadata=parsed_by(str))
+    backend_secret_key: str | None = field(default=None, repr=False, metadata=parsed_by(str))
+    backend_bucket: str | None = field(default=None, metadata=parsed_by(str))
+    backend_prefix: str = field(default="", metadata=parsed_by(str))
+    backend_max_attempts: int = field(
+        default=defaults.BACKEND_MAX_ATTEMPTS, metadata=parsed_by(int, _at_least(1, "must be at least 1"))
+    )
+    key_ring: Path | None = field(default=None, metadata=parsed_by(_parse_path))
+    # seconds between looks at the key ring file for changes; 0: SIGHUP only
+    key_ring_check: float = field(
+        default=defaults.KEY_RING_CHECK, metadata=parsed_by(parse_duration, _check_key_ring_check)
+    )
+    chunk_size: int = field(default=defaults.CHUNK_SIZE, metadata=parsed_by(parse_size, _check_chunk_size))
+    compression: CompressionMode = field(
+        default=defaults.COMPRESSION, metadata=parsed_by(str, _check_compression)
+    )
+    compression_level: int = field(
+        default=defaults.COMPRESSION_LEVEL, metadata=parsed_by(int, _check_compression_level)
+    )
+    encryption: bool = field(default=defaults.ENCRYPTION, metadata=parsed_by(parse_bool))
+    cache_dir: Path | None = field(default=Path(defaults.CACHE_DIR), metadata=parsed_by(_parse_optional_path))
+    cache_size: int = field(default=defaults.CACHE_SIZE, metadata=parsed_by(parse_size))
+    cache_encrypt: bool = field(default=defaults.CACHE_ENCRYPT, metadata=parsed_by(parse_bool))
+    # decoded chunks kept in memory in front of the disk cache
+    memory_cache_size: int = field(
+        default=defaults.MEMORY_CACHE_SIZE,
+        metadata=parsed_by(parse_size, _between(0, 4 << 30, "must be between 0 and 4GiB")),
+    )
+    prefetch: int = field(
+        default=defaults.PREFETCH,
+        metadata=parsed_by(parse_size, _between(0, 1 << 30, "must be at most 1GiB")),
+    )
+    metadata_ttl: float = field(default=defaults.METADATA_TTL, metadata=parsed_by(parse_duration))
+    # Not a plain setting: [[credentials]] tables, or TSPROXY_ACCESS_KEY/TSPROXY_SECRET_KEY.
     credentials: tuple[Credentials, ...] = ()
-    anonymous: bool = False
-    region: str = "us-east-1"
-    virtual_host_suffixes: tuple[str, ...] = ()
-    log_level: str = "info"
-    shutdown_grace: float = 30.0
-    transform_threads: int = 0  # 0: one per core, at least 2
-    max_clock_skew: float = 900.0
-    header_timeout: float = 10.0  # seconds a client has to send a request's headers, from its first byte
-    body_idle_timeout: float = 20.0  # seconds a request body may stall before 400 RequestTimeout
-    max_connections: int = 1024  # open client connections; more are closed as they are accepted
+    anonymous: bool = field(default=defaults.ANONYMOUS, metadata=parsed_by(parse_bool))
+    region: str = field(default=defaults.REGION, metadata=parsed_by(str))
+    virtual_host_suffixes: tuple[str, ...] = field(default=(), metadata=parsed_by(_parse_list))
+    log_level: str = field(default=defaults.LOG_LEVEL, metadata=parsed_by(str, _check_log_level))
+    shutdown_grace: float = field(default=defaults.SHUTDOWN_GRACE, metadata=parsed_by(parse_duration))
+    # 0: one per core, at least 2
+    transform_threads: int = field(default=defaults.TRANSFORM_THREADS, metadata=parsed_by(int))
+    max_clock_skew: float = field(default=defaults.MAX_CLOCK_SKEW, metadata=parsed_by(parse_duration))
+    header_timeout: float = field(default=defaults.HEADER_TIMEOUT, metadata=parsed_by(parse_duration))
+    body_idle_timeout: float = field(default=defaults.BODY_IDLE_TIMEOUT, metadata=parsed_by(parse_duration))
+    max_connections: int = field(default=defaults.MAX_CONNECTIONS, metadata=parsed_by(int))
     # Set by `load` when the embedded defaults are in use (dev key ring and credentials).
     dev_mode: bool = False
+    # Where each setting came from ("--chunk-size", "$TSPROXY_CHUNK_SIZE", a file), for error messages.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _validate(self)
 
     @property
     def local_backend(self) -> bool:
-        return self.backend.startswith("file:")
+        return is_local_url(self.backend)
 
     def backend_path(self) -> Path:
         """The root directory of a file:// backend ('file://./x' is relative to the working directory)."""
-        rest = self.backend[len("file://") :] if self.backend.startswith("file://") else self.backend[5:]
-        return Path(rest).expanduser()
+        return local_root(self.backend)
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with some values changed (parsed values, not text), validated again."""
+        current = {f.name: getattr(self, f.name) for f in fields(self)}
+        current.update(changes)
+        return Config(**current)
+
+    def transform_settings(self) -> TransformSettings:
+        """How new objects are chunked, compressed and encrypted."""
+        return TransformSettings(
+            chunk_size=self.chunk_size,
+            compression=self.compression,
+            level=self.compression_level,
+            encryption=self.encryption,
+        )
+
+    def backend_settings(self) -> BackendSettings:
+        """How to reach the backend; a relative file: URL is resolved against the working directory."""
+        url = self.backend
+        if self.local_backend:
+            url = "file://" + str(self.backend_path().resolve())
+        return BackendSettings(
+            url=url,
+            region=self.backend_region,
+            path_style=self.backend_path_style,
+            part_size=self.backend_part_size,
+            access_key=self.backend_access_key,
+            secret_key=self.backend_secret_key,
+            max_attempts=self.backend_max_attempts,
+            bucket=self.backend_bucket,
+            prefix=self.backend_prefix,
+        )
+
+    def cache_settings(self) -> CacheSettings:
+        """The chunk cache, the in-memory hot chunks and prefetch."""
+        return CacheSettings(
+            directory=self.cache_dir,
+            size=self.cache_size,
+            encrypt=self.cache_encrypt,
+            memory_bytes=self.memory_cache_size,
+            prefetch_bytes=self.prefetch,
+        )
 
 
-# setting -> (parser, cli flag or None)
-_PARSERS: dict[str, Any] = {
-    "listen": parse_hostport,
-    "metrics_listen": lambda v: None if str(v).strip().lower() in ("", "off", "none") else parse_hostport(v),
-    "backend": str,
-    "backend_region": str,
-    "backend_path_style": parse_bool,
-    "backend_part_size": parse_size,
-    "backend_access_key": str,
-    "backend_secret_key": str,
-    "backend_bucket": str,
-    "backend_prefix": str,
-    "backend_max_attempts": int,
-    "key_ring": lambda v: Path(str(v)).expanduser(),
-    "key_ring_check": parse_duration,
-    "chunk_size": parse_size,
-    "compression": str,
-    "compression_level": int,
-    "encryption": parse_bool,
-    "cache_dir": lambda v: (
-        None if str(v).strip().lower() in ("", "off", "none") else Path(str(v)).expanduser()
-    ),
-    "cache_size": parse_size,
-    "cache_encrypt": parse_bool,
-    "memory_cache_size": parse_size,
-    "prefetch": parse_size,
-    "metadata_ttl": parse_duration,
-    "anonymous": parse_bool,
-    "region": str,
-    "virtual_host_suffixes": _parse_list,
-    "log_level": str,
-    "shutdown_grace": parse_duration,
-    "transform_threads": int,
-    "max_clock_skew": parse_duration,
-    "header_timeout": parse_duration,
-    "body_idle_timeout": parse_duration,
-    "max_connections": int,
+# The settings: every field of Config with a parser (credentials, dev_mode and sources are not).
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    f.name: f.metadata["parse"] for f in fields(Config) if "parse" in f.metadata
+}
+_CHECKS: dict[str, Check] = {
+    f.name: f.metadata["check"] for f in fields(Config) if f.metadata.get("check") is not None
 }
 SETTINGS = tuple(_PARSERS)
+DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in fields(Config) if f.name in _PARSERS}
 
 
-def _validate(cfg: Config, where: Mapping[str, str]) -> None:
+def show(name: str, value: Any = None) -> str:
+    """A setting's value (its default when not given) as one writes it in TOML or a flag."""
+    if value is None:
+        value = DEFAULTS[name]
+    parse = _PARSERS[name]
+    if value is None:
+        return "unset"
+    if parse is parse_size:
+        return show_size(value)
+    if parse is parse_duration:
+        return show_duration(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if parse in (parse_hostport, _parse_optional_hostport):
+        return f"{value[0]}:{value[1]}"
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    if isinstance(value, Path) and not value.is_absolute():
+        return f"./{value}"
+    return str(value)
+
+
+def _validate(cfg: Config) -> None:
     def fail(name: str, why: str) -> None:
-        raise ConfigError(f"config: {name} ({where.get(name, 'default')}): {why}")
+        raise ConfigError(f"config: {name} ({cfg.sources.get(name, 'default')}): {why}")
 
-    if not (64 << 10) <= cfg.chunk_size <= (64 << 20):
-        fail("chunk_size", "must be between 64KiB and 64MiB")
-    if cfg.compression not in ("off", "on", "auto"):
-        fail("compression", f"{cfg.compression!r} is not one of off, on, auto")
-    if not 1 <= cfg.compression_level <= 22:
-        fail("compression_level", "must be between 1 and 22")
-    if not cfg.backend.startswith(("file:", "http://", "https://")):
-        fail("backend", f"{cfg.backend!r} is not file:///path or http(s)://host:port")
-    if cfg.backend_part_size < (5 << 20) or cfg.backend_part_size > (5 << 30):
-        fail("backend_part_size", "must be between 5MiB and 5GiB (S3 part size limits)")
-    if cfg.key_ring_check < 0:
-        fail("key_ring_check", "must not be negative (0 turns the periodic check off)")
-    if cfg.backend_max_attempts < 1:
-        fail("backend_max_attempts", "must be at least 1")
-    if not 0 <= cfg.memory_cache_size <= (4 << 30):
-        fail("memory_cache_size", "must be between 0 and 4GiB")
-    if cfg.prefetch > (1 << 30):
-        fail("prefetch", "must be at most 1GiB")
+    for name, check in _CHECKS.items():
+        why = check(getattr(cfg, name))
+        if why is not None:
+            fail(name, why)
+    # Rules that involve more than one setting.
     if cfg.cache_dir is not None and cfg.cache_size < 4 * cfg.chunk_size:
         fail("cache_size", f"must hold at least 4 chunks ({4 * cfg.chunk_size} bytes)")
-    if cfg.log_level.lower() not in ("debug", "info", "warning", "error"):
-        fail("log_level", "must be debug, info, warning or error")
     if bool(cfg.backend_access_key) != bool(cfg.backend_secret_key):
         fail("backend_access_key", "backend_access_key and backend_secret_key go together")
     if cfg.backend_prefix and not cfg.backend_bucket:
@@ -235,7 +438,8 @@ def load(
 ) -> Config:
     """Build the Config: defaults, then the TOML file, then TSPROXY_* variables, then command-line values.
 
-    `cli` holds only the options the user gave (None values are ignored). Raises ConfigError.
+    `cli` holds only the options the user gave (None values are ignored). `env` defaults to the
+    process environment. Raises ConfigError.
     """
     env = dict(os.environ if env is None else env)
     values: dict[str, Any] = {}
@@ -284,32 +488,33 @@ def load(
             parsed[name] = _PARSERS[name](raw)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"config: {name} ({where[name]}): {e}") from None
+    parsed["credentials"] = tuple(credentials)
+    parsed.update(_development_defaults(parsed))
+    return Config(**parsed, sources=where)
 
-    cfg = Config(**parsed, credentials=tuple(credentials))
-    dev = False
-    if not cfg.credentials and not cfg.anonymous:
-        if not cfg.local_backend:
+
+def _development_defaults(parsed: Mapping[str, Any]) -> dict[str, Any]:
+    """Dev credentials and a dev key ring, allowed only with the embedded file:// backend."""
+
+    def value(name: str) -> Any:
+        return parsed.get(name, DEFAULTS[name])
+
+    out: dict[str, Any] = {}
+    backend = value("backend")
+    if not parsed["credentials"] and not value("anonymous"):
+        if not is_local_url(backend):
             raise ConfigError(
                 "config: credentials: set TSPROXY_ACCESS_KEY/TSPROXY_SECRET_KEY or [[credentials]] "
                 "(dev credentials are only used with the embedded file:// backend)"
             )
-        cfg = _replace(cfg, credentials=(Credentials(DEV_ACCESS_KEY, DEV_SECRET_KEY),))
-        dev = True
-    if cfg.encryption and cfg.key_ring is None:
-        if not cfg.local_backend:
+        out["credentials"] = (Credentials(DEV_ACCESS_KEY, DEV_SECRET_KEY),)
+    if value("encryption") and value("key_ring") is None:
+        if not is_local_url(backend):
             raise ConfigError(
                 "config: key_ring: required with encryption on a remote backend (make one with "
                 "`tsproxy keys init --key-ring FILE`, or set encryption = false)"
             )
-        root = cfg.backend_path()
-        cfg = _replace(cfg, key_ring=root.parent / f"{root.name}-dev-keyring.json")
-        dev = True
-    cfg = _replace(cfg, dev_mode=dev)
-    _validate(cfg, where)
-    return cfg
-
-
-def _replace(cfg: Config, **changes: Any) -> Config:
-    current = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-    current.update(changes)
-    return Config(**current)
+        root = local_root(backend)
+        out["key_ring"] = root.parent / f"{root.name}-dev-keyring.json"
+    out["dev_mode"] = bool(out)
+    return out

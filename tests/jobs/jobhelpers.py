@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tests.support.seaweed import SeaweedFS
+from tsproxy.config import Config
 from tsproxy.jobs.options import JobOptions
 
 
-def weed_options(weed: SeaweedFS, bucket: str, ring: Path | None, **changes: Any) -> JobOptions:
-    """Job options for a bucket in the test SeaweedFS."""
-    return JobOptions(
+def weed_options(
+    weed: SeaweedFS,
+    bucket: str,
+    ring: Path | None,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    **job: Any,
+) -> JobOptions:
+    """Job options for a bucket in the test SeaweedFS; `settings` are Config values, `job` the job's own."""
+    cfg = Config(
         backend=weed.endpoint,
-        bucket=bucket,
-        key_ring=str(ring) if ring else None,
-        region=weed.region,
-        access_key=weed.access_key,
-        secret_key=weed.secret_key,
-        max_attempts=2,
-        **changes,
+        key_ring=ring,
+        backend_region=weed.region,
+        backend_access_key=weed.access_key,
+        backend_secret_key=weed.secret_key,
+        backend_max_attempts=2,
+        **(settings or {}),
     )
+    return JobOptions.from_config(cfg, bucket, **job)
 
 
 def records(size: int, seed: int) -> bytes:

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.jobs.jobhelpers import records
+from tsproxy.config import Config
 from tsproxy.format import KeyRing, TransformSettings, encode_object
 from tsproxy.format.manifest import META_FORMAT
 from tsproxy.jobs import cli as jobs_cli
@@ -46,9 +47,8 @@ async def test_a_task_verifies_its_objects_and_writes_its_rows(tmp_path: Path) -
     ring = KeyRing.new()
     ring.save(tmp_path / "ring.json")
     await _seed(tmp_path / "store", ring)
-    options = JobOptions(
-        backend=f"file://{tmp_path / 'store'}", bucket="jobs", key_ring=str(tmp_path / "ring.json")
-    )
+    settings = Config(backend=f"file://{tmp_path / 'store'}", key_ring=tmp_path / "ring.json")
+    options = JobOptions.from_config(settings, "jobs")
     items = [Listed(k, 0, "", 0.0) for k in ("bad", "empty", "gone", "good", "plain")]
     result = await_in_thread(run_partition, VerifyJob(), options, str(tmp_path / "out"), 3, items)
     rows = pq.read_table(tmp_path / "out" / ROWS_DIR / "part-00003.parquet").to_pylist()

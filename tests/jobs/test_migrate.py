@@ -83,7 +83,7 @@ def test_migrate_keeps_bytes_etags_and_metadata(
         proxy.stop()
     backend_before = {k: s3.head_object(Bucket=bucket, Key=k)["ETag"] for k in keys}
 
-    options = weed_options(seaweed, bucket, ring_path, chunk_size=1 << 20, concurrency=2)
+    options = weed_options(seaweed, bucket, ring_path, settings={"chunk_size": 1 << 20}, concurrency=2)
     dry = migrate(spark, options, output=str(tmp_path / "dry"))
     assert dry.tally.counts == {"would-migrate": 4, "already": 1}
     assert {k: s3.head_object(Bucket=bucket, Key=k)["ETag"] for k in keys} == backend_before

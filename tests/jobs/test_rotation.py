@@ -13,6 +13,7 @@ import pytest
 from tests.jobs.jobhelpers import records, weed_options
 from tests.server.conftest import start_proxy
 from tsproxy import cli
+from tsproxy.config import Config
 from tsproxy.format import KeyRing
 from tsproxy.jobs import JobOptions, rewrap, verify
 
@@ -56,7 +57,8 @@ def test_rotate_rewrap_remove_and_read_everything(
         options = weed_options(weed, bucket, ring_path)
     else:
         bucket = "rotation"
-        options = JobOptions(backend=f"file://{tmp_path / 'data'}", bucket=bucket, key_ring=str(ring_path))
+        settings = Config(backend=f"file://{tmp_path / 'data'}", key_ring=ring_path)
+        options = JobOptions.from_config(settings, bucket)
     proxy = start_proxy(kind, tmp_path, request, chunk_size="1MiB")
     try:
         client = proxy.client()
@@ -75,7 +77,7 @@ def test_rotate_rewrap_remove_and_read_everything(
     ring = KeyRing.load(without_a)
     ring.remove("kek-a")
     ring.save(without_a)
-    before = verify(spark, options.replace(key_ring=str(without_a)), output=str(tmp_path / "verify-before"))
+    before = verify(spark, options.replace(key_ring=without_a), output=str(tmp_path / "verify-before"))
     assert before.tally.counts == {"missing-key": len(objects)}
 
     first = rewrap(spark, options, output=str(tmp_path / "rewrap-1"))

@@ -35,7 +35,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tsproxy import errors
+from tsproxy import defaults, errors
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.metrics import Metrics
 
@@ -86,13 +86,13 @@ class ChunkReader:
         cache: ChunkCache | None,
         executor: Executor,
         *,
-        prefetch_bytes: int = 16 << 20,
+        prefetch_bytes: int = defaults.PREFETCH,
         max_request_bytes: int = 32 << 20,
         max_gap_bytes: int = 1 << 20,
         max_parallel_fetches: int = 8,
         max_prefetch_in_flight_bytes: int | None = None,
         max_tracked_objects: int = 1024,
-        memory_bytes: int = 64 << 20,
+        memory_bytes: int = defaults.MEMORY_CACHE_SIZE,
         metrics: Metrics | None = None,
     ) -> None:
         if max_parallel_fetches < 1 or max_request_bytes < 1 or max_gap_bytes < 0 or prefetch_bytes < 0:

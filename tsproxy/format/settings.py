@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from tsproxy import defaults
 from tsproxy.errors import ConfigError
 
 MIN_CHUNK_SIZE = 64 * 1024
 MAX_CHUNK_SIZE = 64 * 1024 * 1024
-DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+DEFAULT_CHUNK_SIZE = defaults.CHUNK_SIZE
 FORMAT_VERSION = 1
 
 CompressionMode = Literal["off", "on", "auto"]
@@ -22,10 +23,11 @@ MAX_LEVEL = 22
 class TransformSettings:
     """How the store path transforms an object; readers take everything from the manifest instead."""
 
+    # The server's defaults (tsproxy/defaults.py); the stored format records none of them.
     chunk_size: int = DEFAULT_CHUNK_SIZE
-    compression: CompressionMode = "auto"
-    level: int = 3
-    encryption: bool = True
+    compression: CompressionMode = defaults.COMPRESSION
+    level: int = defaults.COMPRESSION_LEVEL
+    encryption: bool = defaults.ENCRYPTION
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_size, int) or not MIN_CHUNK_SIZE <= self.chunk_size <= MAX_CHUNK_SIZE:

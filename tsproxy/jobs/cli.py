@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tsproxy import config
+from tsproxy import config, defaults
 from tsproxy.errors import ConfigError, KeyRingError, S3Error
 
 CONFIG_FLAGS = (
@@ -24,7 +24,11 @@ CONFIG_FLAGS = (
     ("--backend-bucket", "backend_bucket", "client buckets are mapped under this one backend bucket"),
     ("--backend-prefix", "backend_prefix", "key prefix inside --backend-bucket"),
     ("--key-ring", "key_ring", "key ring file; every executor must be able to read it at this path"),
-    ("--chunk-size", "chunk_size", "chunk size of objects migrate writes (default 4MiB)"),
+    (
+        "--chunk-size",
+        "chunk_size",
+        f"chunk size of objects migrate writes (default {config.show('chunk_size')})",
+    ),
     ("--compression", "compression", "off, on or auto, for objects migrate writes"),
 )
 
@@ -52,9 +56,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rate", type=float, default=0.0, help="backend requests a second per executor (0: no limit)"
     )
-    p.add_argument("--concurrency", type=int, default=8, help="objects in flight per task (default 8)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=defaults.JOB_CONCURRENCY,
+        help=f"objects in flight per task (default {defaults.JOB_CONCURRENCY})",
+    )
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines")
-    p.add_argument("--stale-after", default="24h", help="multipart uploads idle this long are stale (24h)")
+    p.add_argument(
+        "--stale-after",
+        help=f"multipart uploads idle this long are stale (default {defaults.JOB_STALE_AFTER / 3600:g}h)",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -124,7 +136,9 @@ def options_from_args(args: argparse.Namespace) -> Any:
     cli["anonymous"] = True  # jobs serve nobody: the server's client credentials are not needed
     cfg = config.load(cli, config_file=args.config)
     try:
-        stale_after = config.parse_duration(args.stale_after)
+        stale_after = (
+            defaults.JOB_STALE_AFTER if args.stale_after is None else config.parse_duration(args.stale_after)
+        )
     except ValueError as e:
         raise ConfigError(f"--stale-after: {e}") from None
     try:

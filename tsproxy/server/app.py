@@ -19,14 +19,13 @@ from tsproxy import errors
 from tsproxy.cache.chunks import ChunkCache
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.config import Config
-from tsproxy.format import KeyRing, TransformSettings
+from tsproxy.format import KeyRing
 from tsproxy.metrics import Metrics
 from tsproxy.server.connections import ConnectionGuard, S3Runner
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
 from tsproxy.service import Namespace, ObjectService
 from tsproxy.service.catalog import CATALOG_DIR, SizeCatalog
-from tsproxy.store import open_backend
 from tsproxy.store.base import Backend
 
 log = logging.getLogger("tsproxy.server")
@@ -66,14 +65,13 @@ class Proxy:
             self.keyring = await asyncio.to_thread(_load_keyring, cfg)
             self.metrics.key_ring_loaded(self.keyring.ids(), self.keyring.active_id)
         await self.backend.start()
-        if cfg.cache_dir is not None:
-            cache_key = (
-                self.keyring.derive_key("chunk cache") if (cfg.cache_encrypt and self.keyring) else None
-            )
+        caching = cfg.cache_settings()
+        if caching.directory is not None:
+            cache_key = self.keyring.derive_key("chunk cache") if (caching.encrypt and self.keyring) else None
             self.cache = await asyncio.to_thread(
                 ChunkCache,
-                cfg.cache_dir,
-                cfg.cache_size,
+                caching.directory,
+                caching.size,
                 encryption_key=cache_key,
                 executor=self.io_executor,
                 metrics=self.metrics,
@@ -81,15 +79,9 @@ class Proxy:
         self.reader = ChunkReader(
             self.cache,
             self.executor,
-            prefetch_bytes=cfg.prefetch,
-            memory_bytes=cfg.memory_cache_size,
+            prefetch_bytes=caching.prefetch_bytes,
+            memory_bytes=caching.memory_bytes,
             metrics=self.metrics,
-        )
-        settings = TransformSettings(
-            chunk_size=cfg.chunk_size,
-            compression=cfg.compression,  # type: ignore[arg-type]  # validated by config
-            level=cfg.compression_level,
-            encryption=cfg.encryption,
         )
         namespace = Namespace(cfg.backend_bucket, cfg.backend_prefix)
 
@@ -104,7 +96,7 @@ class Proxy:
         self.service = ObjectService(
             self.backend,
             self.keyring,
-            settings,
+            cfg.transform_settings(),
             self.reader,
             self.executor,
             namespace=namespace,
@@ -208,18 +200,7 @@ def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
         metrics.backend_bytes_in.inc(bytes_in)
         metrics.backend_bytes_out.inc(bytes_out)
 
-    if cfg.local_backend:
-        return open_backend("file://" + str(cfg.backend_path().resolve()), on_request=on_request)
-    return open_backend(
-        cfg.backend,
-        region=cfg.backend_region,
-        path_style=cfg.backend_path_style,
-        part_size=cfg.backend_part_size,
-        access_key=cfg.backend_access_key,
-        secret_key=cfg.backend_secret_key,
-        max_attempts=cfg.backend_max_attempts,
-        on_request=on_request,
-    )
+    return cfg.backend_settings().open(on_request)
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int] | None:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tsproxy import defaults
 from tsproxy.errors import ConfigError, TsproxyError
 
 from .options import PARTITION_BY, OptionError, StoreOptions, parse_read_options
@@ -36,7 +37,7 @@ def add_export_arguments(p: argparse.ArgumentParser, *, with_master: bool = True
     topics = src.add_mutually_exclusive_group(required=True)
     topics.add_argument("--topics", help="comma-separated topics")
     topics.add_argument("--topic-pattern", help="regular expression of topics")
-    src.add_argument("--region", default="us-east-1")
+    src.add_argument("--region", default=defaults.REGION, help=f"(default {defaults.REGION})")
     src.add_argument("--access-key", help="access key (default: the standard AWS credential chain)")
     src.add_argument("--secret-key", help="secret key (with --access-key)")
     src.add_argument(

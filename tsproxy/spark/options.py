@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from tsproxy import config, defaults
 from tsproxy.errors import ConfigError
 
 SOURCE_NAME = "tiered-kafka"  # spark.read.format(SOURCE_NAME)
@@ -76,11 +77,11 @@ class StoreOptions:
     bucket: str
     prefix: str = ""
     endpoint: str | None = None
-    region: str = "us-east-1"
+    region: str = defaults.REGION
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     key_ring: str | None = None  # path: read straight from the backend and decode tsproxy objects locally
-    path_style: bool = True
+    path_style: bool = defaults.BACKEND_PATH_STYLE
 
     @property
     def direct(self) -> bool:
@@ -190,11 +191,11 @@ def parse_store_options(opts: Mapping[str, str]) -> StoreOptions:
         bucket=bucket,
         prefix=prefix,
         endpoint=endpoint.rstrip("/") if endpoint else None,
-        region=opts.get("region", "us-east-1"),
+        region=opts.get("region", defaults.REGION),
         access_key=access,
         secret_key=secret,
         key_ring=opts.get("keyring") or None,
-        path_style=parse_bool(opts.get("pathstyle", "true"), "pathStyle"),
+        path_style=parse_bool(opts.get("pathstyle", defaults.BACKEND_PATH_STYLE), "pathStyle"),
     )
 
 
@@ -328,14 +329,12 @@ def parse_timestamp(text: str, name: str) -> int:
     return millis
 
 
-def parse_bool(value: str, name: str) -> bool:
-    """true/false (any case), as Spark options are strings."""
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise OptionError(f"tiered-kafka: '{name}' must be true or false, not {value!r}")
+def parse_bool(value: str | bool, name: str) -> bool:
+    """true/false (any case), as Spark options are strings; the same words as tsproxy's settings."""
+    try:
+        return config.parse_bool(value)
+    except ValueError:
+        raise OptionError(f"tiered-kafka: '{name}' must be true or false, not {value!r}") from None
 
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,

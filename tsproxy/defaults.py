@@ -1,0 +1,53 @@
+"""The one home of every default value: the settings object (config.py), the objects derived from it
+(TransformSettings, ChunkReader, the backend) and the jobs and the Spark source all refer to these.
+
+Plain values, no imports of tsproxy, so that every layer (format included) can refer to them. docs/CONFIG.md
+lists them; tests/config checks that it does.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Where tsproxy listens.
+LISTEN = ("127.0.0.1", 9000)
+METRICS_LISTEN = ("127.0.0.1", 9102)
+REGION = "us-east-1"  # the region tsproxy reports and the Spark source signs for
+
+# The object store behind it.
+BACKEND = "file://./tsproxy-data"
+BACKEND_PATH_STYLE = True
+BACKEND_PART_SIZE = 25 << 20
+BACKEND_MAX_ATTEMPTS = 5
+
+# How new objects are stored.
+CHUNK_SIZE = 4 << 20
+COMPRESSION: Final = "auto"
+# 1 keeps the broker's CPU for the broker; on Kafka-like batches it compresses 1.3-1.5x faster than 3
+# with stored sizes within a few percent.
+COMPRESSION_LEVEL = 1
+ENCRYPTION = True
+KEY_RING_CHECK = 30.0  # seconds
+
+# Reading and caching.
+CACHE_DIR = "./tsproxy-cache"
+CACHE_SIZE = 1 << 30
+CACHE_ENCRYPT = False
+MEMORY_CACHE_SIZE = 32 << 20
+PREFETCH = 16 << 20
+METADATA_TTL = 5.0  # seconds
+
+# The process.
+ANONYMOUS = False
+LOG_LEVEL = "info"
+SHUTDOWN_GRACE = 30.0  # seconds
+TRANSFORM_THREADS = 0  # 0: one per core, at least 2
+MAX_CLOCK_SKEW = 900.0  # seconds
+HEADER_TIMEOUT = 10.0  # seconds a client has to send a request's headers, from its first byte
+BODY_IDLE_TIMEOUT = 20.0  # seconds a request body may stall before 400 RequestTimeout (as S3 does)
+MAX_CONNECTIONS = 1024  # open client connections; more are closed as they are accepted
+
+# Maintenance jobs (`tsproxy jobs`).
+JOB_CONCURRENCY = 8  # objects in flight per task
+JOB_THREADS = 2  # CPU threads per task
+JOB_STALE_AFTER = 24 * 3600.0  # seconds a multipart upload may sit idle before it counts as stale
