@@ -111,13 +111,14 @@ class Config:
     backend_max_attempts: int = 5
     key_ring: Path | None = None
     key_ring_check: float = 30.0  # seconds between looks at the key ring file for changes; 0: SIGHUP only
+    allow_insecure_key_ring: bool = False  # accept a key ring file that group or others may access
     chunk_size: int = 4 << 20
     compression: str = "auto"
     compression_level: int = 1
     encryption: bool = True
     cache_dir: Path | None = Path("./tsproxy-cache")
     cache_size: int = 1 << 30
-    cache_encrypt: bool = False
+    cache_encrypt: bool = True  # seal cached chunks when encryption is on (see docs/CONFIG.md)
     memory_cache_size: int = 32 << 20  # decoded chunks kept in memory in front of the disk cache
     prefetch: int = 16 << 20
     metadata_ttl: float = 5.0
@@ -157,6 +158,7 @@ _PARSERS: dict[str, Any] = {
     "backend_max_attempts": int,
     "key_ring": lambda v: Path(str(v)).expanduser(),
     "key_ring_check": parse_duration,
+    "allow_insecure_key_ring": parse_bool,
     "chunk_size": parse_size,
     "compression": str,
     "compression_level": int,
