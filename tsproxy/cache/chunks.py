@@ -342,7 +342,7 @@ class ChunkCache:
 
     def _reset(self, damage: _CacheDamaged) -> None:
         """Move a damaged cache aside (or empty it where it cannot be moved); log it once, count it."""
-        directory = self.directory
+        directory = self.directory.absolute()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         aside = directory.with_name(f"{directory.name}.damaged-{stamp}")
         try:
