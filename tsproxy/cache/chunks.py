@@ -1,4 +1,5 @@
-"""The chunk cache: plaintext chunks in a size-bounded LRU disk cache that survives restarts.
+"""The chunk cache: decoded chunks in a size-bounded LRU disk cache that survives restarts, sealed with
+AES-256-GCM when given a key (the server derives one from the key ring whenever encryption is on).
 
 Entries live in a `diskcache.Cache` directory, keyed by (object_id, segment_no, chunk_no). The object id
 is random per stored object version, so an overwritten or deleted object can never be served from an
@@ -150,7 +151,7 @@ def _make_private_dirs(root: str, relative: str) -> None:
 
 
 class ChunkCache:
-    """Plaintext chunks on disk, LRU-evicted to stay within max_bytes; see the module docstring.
+    """Decoded chunks on disk (sealed with encryption_key), LRU-evicted to stay within max_bytes.
 
     The constructor opens (or creates) the directory and so does disk I/O: call it off the event loop.
     The async methods run their disk work in `executor` (one of its own if none is given).
