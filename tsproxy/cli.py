@@ -74,6 +74,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="store chunks unencrypted",
     )
     p.add_argument(
+        "--allow-insecure-key-ring",
+        dest="allow_insecure_key_ring",
+        action="store_const",
+        const=True,
+        help="start even if group or others may read or write the key ring file",
+    )
+    p.add_argument(
         "--anonymous", dest="anonymous", action="store_const", const=True, help="accept unsigned requests"
     )
     p.set_defaults(func=_serve)
@@ -85,6 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
     cli = {dest: getattr(args, dest, None) for _, dest, _ in SERVE_FLAGS}
     cli["encryption"] = args.encryption
     cli["anonymous"] = args.anonymous
+    cli["allow_insecure_key_ring"] = args.allow_insecure_key_ring
     cfg = config.load(cli, config_file=args.config)
     logs.setup(cfg.log_level)
 

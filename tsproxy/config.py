@@ -278,6 +278,10 @@ class Config:
     key_ring_check: float = field(
         default=defaults.KEY_RING_CHECK, metadata=parsed_by(parse_duration, _check_key_ring_check)
     )
+    # accept a key ring file that group or others may access (see docs/OPERATIONS.md)
+    allow_insecure_key_ring: bool = field(
+        default=defaults.ALLOW_INSECURE_KEY_RING, metadata=parsed_by(parse_bool)
+    )
     chunk_size: int = field(default=defaults.CHUNK_SIZE, metadata=parsed_by(parse_size, _check_chunk_size))
     compression: CompressionMode = field(
         default=defaults.COMPRESSION, metadata=parsed_by(str, _check_compression)

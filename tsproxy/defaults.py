@@ -28,11 +28,12 @@ COMPRESSION: Final = "auto"
 COMPRESSION_LEVEL = 1
 ENCRYPTION = True
 KEY_RING_CHECK = 30.0  # seconds
+ALLOW_INSECURE_KEY_RING = False  # refuse a key ring file that group or others may access
 
 # Reading and caching.
 CACHE_DIR = "./tsproxy-cache"
 CACHE_SIZE = 1 << 30
-CACHE_ENCRYPT = False
+CACHE_ENCRYPT = True  # with encryption on, seal cached chunks (never plaintext on the node's disk)
 MEMORY_CACHE_SIZE = 32 << 20
 PREFETCH = 16 << 20
 METADATA_TTL = 5.0  # seconds

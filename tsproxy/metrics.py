@@ -163,6 +163,12 @@ class Metrics:
             "Cache entries that failed their checksum and were refetched.",
             registry=r,
         )
+        self.cache_resets = Counter(
+            "tsproxy_cache_resets_total",
+            "Times the chunk cache was found damaged at startup, moved aside and started empty.",
+            ["reason"],
+            registry=r,
+        )
         self.singleflight_joins = Counter(
             "tsproxy_singleflight_joins_total",
             "Chunk reads that joined a download already under way.",

@@ -28,11 +28,11 @@ def run(chunk: int, count: int, key: bytes | None) -> dict[str, float]:
         keys = [ChunkKey(b"\x07" * 16, 1, n) for n in range(count)]
         wall, cpu = time.perf_counter(), time.thread_time()
         for k in keys:
-            cache.put_sync(k, data)
+            cache._put_sync(k, data)
         out["put"], out["put_cpu"] = time.perf_counter() - wall, time.thread_time() - cpu
         wall, cpu = time.perf_counter(), time.thread_time()
         for k in keys:
-            assert cache.get_sync(k) is not None
+            assert cache._get_sync(k) is not None
         out["get"], out["get_cpu"] = time.perf_counter() - wall, time.thread_time() - cpu
         cache.close()
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,8 +39,6 @@ async def test_put_get_and_miss(cache: ChunkCache) -> None:
     assert await cache.get(key(0)) is None
     await cache.put(key(0), payload(0))
     assert bytes(await cache.get(key(0)) or b"") == payload(0)
-    assert await cache.contains(key(0))
-    assert not await cache.contains(key(1))
     assert await cache.contains_many([key(0), key(1)]) == [True, False]
     assert cache.size_bytes() >= len(payload(0))
 
@@ -88,7 +87,7 @@ async def test_flipped_byte_is_deleted_counted_and_a_miss(
         assert await c.get(key(0)) is None
         assert c.corrupt == 1
         assert metrics.cache_corrupt._value.get() == 1
-        assert not await c.contains(key(0))  # deleted, so the next read refetches and re-puts
+        assert await c.contains_many([key(0)]) == [False]  # deleted, so the next read refetches and re-puts
         assert value_files(cache_dir) == []
     finally:
         c.close()
@@ -149,7 +148,7 @@ async def test_encryption_at_rest(cache_dir: Path, io_executor: ThreadPoolExecut
             # and a plain entry is no use to an encrypting cache either
             await c.put(key(2), payload(2))
         assert await c.get(key(0)) is None
-        assert not await c.contains(key(0))  # deleted, so it does not hold space until evicted
+        assert await c.contains_many([key(0)]) == [False]  # deleted, so it does not hold space until evicted
         assert c.corrupt == 0 and metrics.cache_corrupt._value.get() == 0
         c.close()
     c = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
@@ -213,8 +212,85 @@ async def test_restart_with_a_smaller_limit_shrinks(cache_dir: Path, io_executor
         small.close()
 
 
-async def test_delete(cache: ChunkCache) -> None:
-    await cache.put(key(0), payload(0))
-    assert await cache.delete(key(0))
-    assert not await cache.delete(key(0))
-    assert await cache.get(key(0)) is None
+def _modes(directory: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(directory)): stat.S_IMODE(p.stat().st_mode)
+        for p in [directory, *directory.rglob("*")]
+    }
+
+
+async def test_files_are_private_whatever_the_umask(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    old = os.umask(0)
+    try:
+        c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+        for n in range(4):
+            await c.put(key(n), payload(n))
+        modes = _modes(cache_dir)
+        c.close()
+    finally:
+        os.umask(old)
+    assert {"cache.db", "cache.db-wal", "cache.db-shm"} <= set(modes)
+    assert len(value_files(cache_dir)) == 4
+    for name, mode in modes.items():
+        assert mode == (0o700 if (cache_dir / name).is_dir() else 0o600), (name, oct(mode))
+
+
+def _widen(directory: Path) -> None:
+    for path in [directory, *directory.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def _damage_pages(db: Path) -> None:
+    """Keep SQLite's 100-byte header, overwrite every page after it."""
+    with open(db, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff" * (db.stat().st_size - 100))
+
+
+async def test_an_older_cache_with_wide_modes_is_tightened(
+    cache_dir: Path, io_executor: ThreadPoolExecutor
+) -> None:
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    await c.put(key(0), payload(0))
+    c.close()
+    _widen(cache_dir)
+    again = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    try:
+        assert bytes(await again.get(key(0)) or b"") == payload(0)  # kept, only its modes changed
+        assert set(_modes(cache_dir).values()) == {0o700, 0o600}
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated page"])
+async def test_a_damaged_database_is_moved_aside(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, damage: str
+) -> None:
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    for n in range(3):
+        await c.put(key(n), payload(n))
+    c.close()
+    db = cache_dir / "cache.db"
+    if damage == "garbage":
+        db.write_bytes(os.urandom(db.stat().st_size))
+    else:  # opens, then fails the quick check
+        _damage_pages(db)
+    metrics = Metrics()
+    again = ChunkCache(cache_dir, 64 << 20, executor=io_executor, metrics=metrics)
+    try:
+        assert len(again) == 0 and value_files(cache_dir) == []
+        assert metrics.cache_resets.labels("damaged")._value.get() == 1
+        await again.put(key(0), payload(0))
+        assert bytes(await again.get(key(0)) or b"") == payload(0)
+    finally:
+        again.close()
+    (aside,) = cache_dir.parent.glob("chunks.damaged-*")
+    kept = {p.name for p in aside.iterdir()}  # the database to look at; no chunk files
+    assert "cache.db" in kept and kept <= {"cache.db", "cache.db-wal", "cache.db-shm"}
+    # A healthy cache opens as it is: nothing moved, nothing counted.
+    metrics = Metrics()
+    third = ChunkCache(cache_dir, 64 << 20, executor=io_executor, metrics=metrics)
+    try:
+        assert len(third) == 1 and metrics.cache_resets.labels("damaged")._value.get() == 0
+    finally:
+        third.close()

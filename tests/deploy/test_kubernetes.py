@@ -8,6 +8,7 @@ so a setting the server would refuse fails here, not in a cluster.
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import tomllib
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 from deploy_tools import DEPLOY, find_tool
 
 from tsproxy import config
+from tsproxy.format.keyring import check_private
 
 KUBERNETES = DEPLOY / "kubernetes"
 TARGETS = {"base": KUBERNETES / "base", "s3": KUBERNETES / "overlays" / "s3"}
@@ -371,3 +373,31 @@ def test_config_files_are_valid_toml() -> None:
                 for key, text in doc.get("data", {}).items():
                     if key.endswith(".toml"):
                         tomllib.loads(text)
+
+
+def test_key_ring_secret_mode_passes_the_startup_check(
+    rendered: tuple[str, list[Doc]], tmp_path: Path
+) -> None:
+    """tsproxy refuses a key ring others may access; the Secret volume must give it one it accepts.
+
+    Secret files belong to root; with an fsGroup the kubelet also gives that group read access (it ORs
+    0440 into a read-only volume's files), which the check allows for a root-owned file, as PostgreSQL
+    does for its key. Nothing in the manifests turns the check off.
+    """
+    _, docs = rendered
+    cfg, pod, tsproxy = _tsproxy_config(docs, tmp_path)
+    assert not cfg.allow_insecure_key_ring
+    assert "TSPROXY_ALLOW_INSECURE_KEY_RING" not in _env(tsproxy)
+    assert cfg.key_ring is not None
+    mount = next(m for m in tsproxy["volumeMounts"] if m["mountPath"] == str(cfg.key_ring.parent))
+    secret = next(v for v in pod["volumes"] if v["name"] == mount["name"])["secret"]
+    item = next((i for i in secret.get("items", []) if i["path"] == cfg.key_ring.name), {})
+    mode = item.get("mode", secret.get("defaultMode", 0o644))
+    if pod.get("securityContext", {}).get("fsGroup") is not None:
+        mode |= 0o440
+    ring = tmp_path / "keyring.json"
+    ring.write_text("{}")
+    os.chmod(ring, mode)
+    if os.getuid() == 0:
+        check_private(ring)  # root's file, as the kubelet writes it
+    assert mode & 0o037 == 0, oct(mode)  # no group write, nothing for others

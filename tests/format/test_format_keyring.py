@@ -25,6 +25,7 @@ from tsproxy.format import (
     open_object,
     rewrap,
 )
+from tsproxy.format.keyring import InsecureKeyRing, check_private
 
 
 def test_save_load_roundtrip_with_private_mode(tmp_path: Path, rsa_ring: KeyRing) -> None:
@@ -216,3 +217,48 @@ def test_rewrap_leaves_unencrypted_objects_alone(ring: KeyRing) -> None:
 def test_settings_are_validated(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         TransformSettings(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "refused"),
+    [
+        (0o600, "root", False),
+        (0o400, "other", False),
+        (0o600, "other", False),
+        (0o640, "root", False),  # a Secret volume with fsGroup: root's file, read by the pod's group
+        (0o440, "root", False),
+        (0o640, "other", True),  # PostgreSQL's rule: group read only for a file root owns
+        (0o660, "root", True),
+        (0o604, "root", True),
+        (0o644, "other", True),
+        (0o666, "root", True),
+    ],
+)
+def test_check_private(tmp_path: Path, mode: int, owner: str, refused: bool) -> None:
+    path = tmp_path / "ring.json"
+    KeyRing.new().save(path)
+    os.chmod(path, mode)
+    if (owner == "root") != (os.getuid() == 0):
+        if os.getuid() != 0:
+            pytest.skip("needs root to give the file another owner")
+        os.chown(path, 4242, -1)
+    if refused:
+        with pytest.raises(InsecureKeyRing) as e:
+            check_private(path)
+        assert str(e.value).startswith(f"key ring {path}: mode {mode:04o} ")
+        assert isinstance(e.value, ConfigError)  # `tsproxy serve` turns it into exit code 2
+    else:
+        check_private(path)
+
+
+def test_check_private_follows_links_and_leaves_a_missing_file_to_load(tmp_path: Path) -> None:
+    target = tmp_path / "..data" / "ring.json"
+    target.parent.mkdir()
+    KeyRing.new().save(target)
+    link = tmp_path / "ring.json"
+    link.symlink_to(target)
+    check_private(link)  # the link's own mode (0777) does not count
+    os.chmod(target, 0o644)
+    with pytest.raises(InsecureKeyRing):
+        check_private(link)
+    check_private(tmp_path / "absent.json")

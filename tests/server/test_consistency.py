@@ -17,6 +17,7 @@ def test_overwrite_by_another_replica_is_read_whole(tmp_path: Path, request: pyt
     a = start_proxy("seaweed", tmp_path / "a", request, **settings)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "ring.json").write_bytes((tmp_path / "a" / "ring.json").read_bytes())
+    (tmp_path / "b" / "ring.json").chmod(0o600)  # a key ring others may read is refused
     b = start_proxy("seaweed", tmp_path / "b", request, **settings)
     try:
         s3a, s3b = a.client(), b.client()

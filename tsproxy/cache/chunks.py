@@ -1,4 +1,5 @@
-"""The chunk cache: plaintext chunks in a size-bounded LRU disk cache that survives restarts.
+"""The chunk cache: decoded chunks in a size-bounded LRU disk cache that survives restarts, sealed with
+AES-256-GCM when given a key (the server derives one from the key ring whenever encryption is on).
 
 Entries live in a `diskcache.Cache` directory, keyed by (object_id, segment_no, chunk_no). The object id
 is random per stored object version, so an overwritten or deleted object can never be served from an
@@ -27,6 +28,15 @@ chunks are of similar size, and `cull()` runs only when a put still leaves the v
 large chunk displacing a small one). The volume is at or below `max_bytes` whenever no put is in
 progress. Not counted: the SQLite write-ahead log (a few MiB at most) and file system block rounding.
 
+Privacy: the directory is made 0700, the database (and its -wal and -shm files) and every entry file
+0600, whatever the process umask; files left by an older version with wider modes are tightened when
+the cache is opened.
+
+Damage: a cache is disposable. When its database cannot be opened or fails SQLite's quick check, the
+directory is moved aside as `<dir>.damaged-<UTC time>` (keeping its database for inspection, not its
+chunk files) or, when it cannot be renamed (a volume's mount point), emptied; the cache then starts
+empty, with one log line and `tsproxy_cache_resets_total{reason="damaged"}`.
+
 Every diskcache call runs in the executor passed in, never on the event loop.
 """
 
@@ -36,11 +46,15 @@ import asyncio
 import hmac
 import logging
 import os
+import shutil
 import sqlite3
+import stat
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Executor
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -67,6 +81,14 @@ _TAG_SIZE = 16
 _KEY = struct.Struct(">16sII")
 # Errors a damaged or vanished cache directory can raise; the cache degrades to misses on them.
 _STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+_DB_NAME = diskcache.core.DBNAME  # "cache.db"
+_DB_FILES = (_DB_NAME, _DB_NAME + "-wal", _DB_NAME + "-shm")
+# SQLite's primary result codes for a file that is damaged or not a database at all.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+class _CacheDamaged(Exception):
+    """The cache database cannot be used as it is; the cache is reset."""
 
 
 class ChunkKey(NamedTuple):
@@ -92,8 +114,44 @@ class _Pieces:
         return next(self._pieces, b"")
 
 
+class _PrivateDisk(diskcache.Disk):
+    """diskcache's Disk, but entry files are created 0600 and their directories 0700 whatever the umask."""
+
+    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> tuple[Any, ...]:
+        if not read:
+            return tuple(super().store(value, read, key=key))
+        filename, full_path = self.filename(key, value)
+        for attempt in range(10):
+            _make_private_dirs(self._directory, os.path.dirname(filename))
+            try:
+                # O_EXCL as diskcache's own "xb": a random name never overwrites an entry.
+                fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                # A concurrent eviction removed the emptied directory in between: make it again.
+                if attempt == 9:
+                    raise
+                continue
+            size = 0
+            with os.fdopen(fd, "wb") as f:
+                for piece in iter(lambda: value.read(1 << 22), b""):
+                    size += len(piece)
+                    f.write(piece)
+            return size, diskcache.core.MODE_BINARY, filename, None
+        raise AssertionError("unreachable")
+
+
+def _make_private_dirs(root: str, relative: str) -> None:
+    path = root
+    for part in relative.split(os.sep):
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+
+
 class ChunkCache:
-    """Plaintext chunks on disk, LRU-evicted to stay within max_bytes; see the module docstring.
+    """Decoded chunks on disk (sealed with encryption_key), LRU-evicted to stay within max_bytes.
 
     The constructor opens (or creates) the directory and so does disk I/O: call it off the event loop.
     The async methods run their disk work in `executor` (one of its own if none is given).
@@ -127,13 +185,13 @@ class ChunkCache:
             executor = ThreadPoolExecutor(4, thread_name_prefix="chunk-cache")
         self._executor = executor
         self._metrics = metrics
-        self._cache = diskcache.Cache(
-            str(self.directory),
-            size_limit=max_bytes,
-            eviction_policy="least-recently-used",
-            cull_limit=1,  # see the module docstring
-            statistics=False,
-        )
+        if metrics is not None:
+            metrics.cache_resets.labels("damaged")  # present at 0 from the first scrape
+        try:
+            self._cache = self._open_private()
+        except _CacheDamaged as damage:
+            self._reset(damage)
+            self._cache = self._open_private()
         # Puts are serialised (SQLite allows one writer anyway) so the entry count tells what they evicted.
         self._write_lock = threading.Lock()
         self._evictions = 0
@@ -149,10 +207,9 @@ class ChunkCache:
 
     async def get(self, key: ChunkKey) -> bytes | memoryview | None:
         """The cached plaintext of a chunk, or None (absent, unreadable or failed its check)."""
-        return await self._run(self.get_sync, key)
+        return await self._run(self._get_sync, key)
 
-    def get_sync(self, key: ChunkKey) -> bytes | memoryview | None:
-        """get() for callers already on a worker thread."""
+    def _get_sync(self, key: ChunkKey) -> bytes | memoryview | None:
         disk_key = key.to_bytes()
         try:
             # read=True opens the file inside diskcache's transaction (an LRU get is a write) and lets
@@ -176,20 +233,15 @@ class ChunkCache:
             self._discard_corrupt(disk_key)
         return payload
 
-    async def contains(self, key: ChunkKey) -> bool:
-        """Whether an entry exists for key (not checked, and not counted as a use for LRU)."""
-        return await self._run(self.contains_sync, key)
+    async def contains_many(self, keys: list[ChunkKey]) -> list[bool]:
+        """Whether an entry exists for each key (not checked, not counted as a use for LRU), in one call."""
+        return await self._run(lambda: [self._contains_sync(k) for k in keys])
 
-    def contains_sync(self, key: ChunkKey) -> bool:
-        """contains() for callers already on a worker thread."""
+    def _contains_sync(self, key: ChunkKey) -> bool:
         try:
             return key.to_bytes() in self._cache
         except _STORAGE_ERRORS:
             return False
-
-    async def contains_many(self, keys: list[ChunkKey]) -> list[bool]:
-        """contains() for several keys in one executor call."""
-        return await self._run(lambda: [self.contains_sync(k) for k in keys])
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -198,10 +250,9 @@ class ChunkCache:
 
         A failing disk is logged and ignored: the cache is an optimisation, never a reason to fail a read.
         """
-        await self._run(self.put_sync, key, data)
+        await self._run(self._put_sync, key, data)
 
-    def put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
-        """put() for callers already on a worker thread."""
+    def _put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
         disk_key = key.to_bytes()
         if self._aead is not None:
             nonce = os.urandom(_NONCE_SIZE)
@@ -228,10 +279,6 @@ class ChunkCache:
             if self._metrics is not None:
                 self._metrics.cache_evictions.inc(evicted)
         self._publish()
-
-    async def delete(self, key: ChunkKey) -> bool:
-        """Remove a chunk's entry; True if there was one."""
-        return await self._run(self._delete_sync, key.to_bytes())
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -265,6 +312,66 @@ class ChunkCache:
             self._executor.shutdown(wait=False)
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _open_private(self) -> Any:
+        """Open diskcache on a private directory; _CacheDamaged if its database is damaged."""
+        directory = self.directory
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_private(directory, 0o700)
+        db = directory / _DB_NAME
+        try:
+            # SQLite gives the -wal and -shm files the mode of the database: create it 0600 first
+            # (an empty file is a valid new database).
+            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            if stat.S_IMODE(db.stat().st_mode) & 0o077:
+                _tighten(directory)  # written by an older version, under the umask
+        _check_database(db)
+        try:
+            return diskcache.Cache(
+                str(directory),
+                disk=_PrivateDisk,
+                size_limit=self.max_bytes,
+                eviction_policy="least-recently-used",
+                cull_limit=1,  # see the module docstring
+                statistics=False,
+            )
+        except sqlite3.DatabaseError as e:
+            if _is_damage(e):
+                raise _CacheDamaged(str(e)) from e
+            raise
+
+    def _reset(self, damage: _CacheDamaged) -> None:
+        """Move a damaged cache aside (or empty it where it cannot be moved); log it once, count it."""
+        directory = self.directory.absolute()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = directory.with_name(f"{directory.name}.damaged-{stamp}")
+        try:
+            os.rename(directory, aside)
+        except OSError:
+            # A mount point, a read-only parent or a name already taken: empty it where it is.
+            _remove_children(directory, keep=())
+            where = None
+        else:
+            # Keep the database to look at; the chunk files are useless without it and would take as
+            # much disk again as the cache itself.
+            _remove_children(aside, keep=_DB_FILES)
+            where = str(aside)
+        log.error(
+            "chunk cache damaged; moved aside and started empty"
+            if where
+            else "chunk cache damaged; emptied and started afresh",
+            extra={
+                "fields": {
+                    "cache_dir": str(directory),
+                    "moved_to": where,
+                    "reason": "damaged",
+                    "error": str(damage),
+                }
+            },
+        )
+        if self._metrics is not None:
+            self._metrics.cache_resets.labels("damaged").inc()
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -320,3 +427,57 @@ class ChunkCache:
     def _publish(self) -> None:
         if self._metrics is not None:
             self._metrics.cache_size.set(self._volume)
+
+
+def _is_damage(e: sqlite3.DatabaseError) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    # A "database is locked" (another process at work) is not damage; anything else from the file is.
+    return not isinstance(e, sqlite3.OperationalError)
+
+
+def _check_database(db: Path) -> None:
+    """SQLite's quick check on the cache database; _CacheDamaged unless it says "ok"."""
+    try:
+        with closing(sqlite3.connect(db, timeout=60, isolation_level=None)) as con:
+            rows = con.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as e:
+        if _is_damage(e):
+            raise _CacheDamaged(str(e)) from e
+        raise
+    if rows != [("ok",)]:
+        raise _CacheDamaged("quick_check: " + "; ".join(str(r[0]) for r in rows[:3]))
+
+
+def _make_private(path: Path, mode: int) -> None:
+    """chmod, where this process may; a directory it does not own (a volume's mount point) stays as it is."""
+    try:
+        if stat.S_IMODE(path.stat().st_mode) != mode:
+            os.chmod(path, mode)
+    except PermissionError:
+        log.info(
+            "chunk cache directory mode left as it is (not its owner); its entries are private",
+            extra={"fields": {"cache_dir": str(path)}},
+        )
+
+
+def _tighten(directory: Path) -> None:
+    """Make every file under directory 0600 and every directory 0700 (entries of an older version)."""
+    for root, dirs, files in os.walk(directory):
+        for names, mode in ((dirs, 0o700), (files, 0o600)):
+            for name in names:
+                path = os.path.join(root, name)
+                if not os.path.islink(path):  # chmod follows links: never change a file elsewhere
+                    with suppress(FileNotFoundError):
+                        os.chmod(path, mode)
+
+
+def _remove_children(directory: Path, keep: tuple[str, ...]) -> None:
+    for child in directory.iterdir():
+        if child.name in keep:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

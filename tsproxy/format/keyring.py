@@ -23,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
-from tsproxy.errors import IntegrityError, KeyNotFound, KeyRingError
+from tsproxy.errors import ConfigError, IntegrityError, KeyNotFound, KeyRingError
 
 AES_KW = "aes-256-kw"
 RSA_OAEP = "rsa-oaep-sha256"
@@ -41,6 +42,32 @@ KINDS = (AES_KW, RSA_OAEP)
 RSA_BITS = 3072
 FILE_VERSION = 1
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+
+
+class InsecureKeyRing(KeyRingError, ConfigError):
+    """The key ring file can be read or written by users other than its owner (see `check_private`)."""
+
+
+def check_private(path: str | os.PathLike[str]) -> None:
+    """Refuse a key ring file that group or others may read or write, the way PostgreSQL refuses its key.
+
+    Allowed: no access for group or others (0600, 0400), or, for a file owned by root, read access for
+    its group (0640, 0440) — what a Kubernetes Secret volume with an fsGroup gives a non-root container.
+    The file is stat()ed through symlinks, so a Secret volume's `..data` links are judged by the file
+    they lead to. Raises InsecureKeyRing in one line naming the file and its mode; a missing file is
+    left to `KeyRing.load` to report.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o077 or (st.st_uid == 0 and not mode & 0o037):
+        return
+    raise InsecureKeyRing(
+        f"key ring {os.fspath(path)}: mode {mode:04o} lets group or others access it; "
+        "chmod 600 it (0640 owned by root also passes), or set allow_insecure_key_ring to accept it"
+    )
 
 
 def _oaep() -> padding.OAEP:

@@ -20,6 +20,7 @@ from tsproxy.cache.chunks import ChunkCache
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.config import Config
 from tsproxy.format import KeyRing
+from tsproxy.format.keyring import InsecureKeyRing, check_private
 from tsproxy.metrics import Metrics
 from tsproxy.server.connections import ConnectionGuard, S3Runner
 from tsproxy.server.dispatch import create_app
@@ -144,7 +145,7 @@ class Proxy:
         if only_if_changed and stamp == self._ring_stamp:
             return False
         try:
-            ring = await asyncio.to_thread(KeyRing.load, path)
+            ring = await asyncio.to_thread(_read_keyring, self.cfg, path)
         except (errors.KeyRingError, OSError) as e:
             if stamp != self._ring_stamp or not only_if_changed:
                 why = {"fields": {"reason": str(e)}}
@@ -217,10 +218,21 @@ def _load_keyring(cfg: Config) -> KeyRing:
     if cfg.dev_mode and not cfg.key_ring.exists():
         ring = KeyRing.new()
         cfg.key_ring.parent.mkdir(parents=True, exist_ok=True)
-        ring.save(cfg.key_ring)
+        ring.save(cfg.key_ring)  # mode 0600
         log.warning("generated a development key ring", extra={"fields": {"path": str(cfg.key_ring)}})
         return ring
-    return KeyRing.load(cfg.key_ring)
+    return _read_keyring(cfg, cfg.key_ring)
+
+
+def _read_keyring(cfg: Config, path: Path) -> KeyRing:
+    """Load the ring, refusing a file others may access unless allow_insecure_key_ring says otherwise."""
+    try:
+        check_private(path)
+    except InsecureKeyRing as e:
+        if not cfg.allow_insecure_key_ring:
+            raise
+        log.warning("key ring accessible to others, accepted", extra={"fields": {"reason": str(e)}})
+    return KeyRing.load(path)
 
 
 async def _ensure_local_root(cfg: Config) -> None:
