@@ -25,9 +25,8 @@ async def _seed(root: Path, ring: KeyRing) -> None:
     await backend.create_bucket("jobsbucket")
     settings = TransformSettings(chunk_size=1 << 16)
     for key, seed in (("orders-0/00000000000000000000.log", 1), ("gone-0/00000000000000000000.log", 2)):
-        await backend.put(
-            "jobsbucket", key, encode_object(records(70_000, seed), settings, ring), metadata={META_FORMAT: "1"}
-        )
+        data = encode_object(records(70_000, seed), settings, ring)
+        await backend.put("jobsbucket", key, data, metadata={META_FORMAT: "1"})
     await backend.put("jobsbucket", "legacy/plain.txt", records(3000, 3))  # not written by tsproxy
     await backend.close()
 
@@ -71,7 +70,8 @@ def test_writing_jobs_are_dry_runs_without_apply(
     assert jobs_cli.main(_job(store, tmp_path / "r1", "rewrap")) == 0
     out = capsys.readouterr().out
     assert "rewrap (dry run: nothing written; --apply to rewrap)" in out and "would-rewrap" in out
-    assert json.loads((tmp_path / "r1" / "summary.json").read_text())["counts"] == {"would-rewrap": 2, "passthrough": 1}
+    counts = json.loads((tmp_path / "r1" / "summary.json").read_text())["counts"]
+    assert counts == {"would-rewrap": 2, "passthrough": 1}
 
     assert jobs_cli.main(_job(store, tmp_path / "m1", "migrate")) == 0
     out = capsys.readouterr().out
@@ -86,7 +86,8 @@ def test_writing_jobs_are_dry_runs_without_apply(
 
     # The same with --apply: each job writes.
     assert jobs_cli.main(_job(store, tmp_path / "r2", "rewrap", "--apply")) == 0
-    assert json.loads((tmp_path / "r2" / "summary.json").read_text())["counts"] == {"rewrapped": 2, "passthrough": 1}
+    counts = json.loads((tmp_path / "r2" / "summary.json").read_text())["counts"]
+    assert counts == {"rewrapped": 2, "passthrough": 1}
     assert jobs_cli.main(_job(store, tmp_path / "m2", "migrate", "--apply")) == 0
     assert "migrated" in capsys.readouterr().out
     assert jobs_cli.main(_job(store, tmp_path / "i2", "inventory", *live, "--apply")) == 0

@@ -117,3 +117,13 @@ def test_cli_failure_is_its_reason_without_spark_logs(
         if not line.startswith(("tsproxy export: Spark", "export: ", "WARNING: Using incubator modules"))
     ]
     assert noise == [], done.stderr
+
+
+def test_the_log_configuration_is_shipped_and_a_users_own_wins() -> None:
+    from tsproxy.spark.session import LOG_CONFIG, quiet_java_options
+
+    assert LOG_CONFIG.is_file() and "rootLogger.level = error" in LOG_CONFIG.read_text()
+    assert quiet_java_options("") == f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
+    assert quiet_java_options("-Xss4m").startswith("-Xss4m -Dlog4j2.configurationFile=file:")
+    own = "-Dlog4j2.configurationFile=file:/etc/spark/log4j2.properties"
+    assert quiet_java_options(own) == own
