@@ -4,20 +4,36 @@
 # Arguments after the image name are appended to `tsproxy serve --listen ... --metrics-listen ...`, e.g.
 #   docker run -v "$PWD/tsproxy.toml:/etc/tsproxy/tsproxy.toml:ro" -v tsproxy-cache:/var/lib/tsproxy/tsproxy-cache \
 #     -p 9000:9000 -p 9102:9102 tsproxy --config /etc/tsproxy/tsproxy.toml
+# The data pipeline (`tsproxy export`, `tsproxy jobs`) needs the 'spark' extra and a Java runtime:
+#   docker build --build-arg EXTRAS=fast,spark -t tsproxy-pipeline .
+#   docker run --rm --entrypoint tsproxy tsproxy-pipeline jobs verify --config /etc/tsproxy/tsproxy.toml ...
+
+# Extras of the tsproxy package to install (comma-separated): fast (uvloop), spark (the pipeline).
+ARG EXTRAS=fast
 
 # Build stage: resolve and install tsproxy and its dependencies into a self-contained virtualenv.
 FROM python:3.11-slim AS build
+ARG EXTRAS
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/tsproxy
 COPY pyproject.toml README.md ./
 COPY tsproxy ./tsproxy
-# `fast` adds uvloop; every dependency ships manylinux wheels, so no compiler is needed.
-RUN /opt/tsproxy/bin/pip install --no-cache-dir ".[fast]"
+# Every dependency of every extra ships manylinux wheels, so no compiler is needed.
+RUN /opt/tsproxy/bin/pip install --no-cache-dir ".[${EXTRAS}]"
 
-# Runtime stage: the virtualenv only, run by an unprivileged user.
+# Runtime stage: the virtualenv only (plus Java for Spark), run by an unprivileged user.
 FROM python:3.11-slim
+ARG EXTRAS
+# Spark runs on the JVM: the image with the 'spark' extra gets Debian's headless Java runtime, at the
+# version the base image's release ships (so not pinned).
+# hadolint ignore=DL3008
+RUN case ",${EXTRAS}," in \
+      *,spark,*) apt-get update \
+        && apt-get install -y --no-install-recommends default-jre-headless \
+        && rm -rf /var/lib/apt/lists/* ;; \
+    esac
 RUN groupadd --system --gid 10001 tsproxy \
     && useradd --system --uid 10001 --gid tsproxy --home-dir /var/lib/tsproxy --shell /usr/sbin/nologin tsproxy \
     && mkdir -p /var/lib/tsproxy/tsproxy-cache /etc/tsproxy \

@@ -120,3 +120,30 @@ def test_entrypoint_and_healthcheck_work(tmp_path: Path) -> None:
         # Relative defaults resolve under the working directory, as under the image's WORKDIR.
         assert (tmp_path / "tsproxy-data").is_dir()
     assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
+
+
+def test_extras_build_arg_picks_the_extras_and_java_comes_with_spark() -> None:
+    """`--build-arg EXTRAS=...` chooses what pip installs; the 'spark' extra also gets a Java runtime."""
+    instructions = _instructions()
+    assert ("ARG", "EXTRAS=fast") in instructions[
+        : instructions.index(next(i for i in instructions if i[0] == "FROM"))
+    ]
+    stages = [i for i, (word, _) in enumerate(instructions) if word == "FROM"]
+    for start, end in zip(stages, [*stages[1:], len(instructions)], strict=True):
+        assert ("ARG", "EXTRAS") in instructions[start:end], "each stage must take the global EXTRAS in"
+    [pip] = [rest for word, rest in instructions if word == "RUN" and "pip install" in rest]
+    assert pip.endswith('".[${EXTRAS}]"')
+    [java] = [rest for word, rest in _final_stage() if word == "RUN" and "apt-get" in rest]
+    # The step's own shell code, with its commands only echoed: what would it run for each EXTRAS?
+    dry = java.replace("apt-get", "echo apt-get").replace("rm -rf", "echo rm -rf")
+
+    def would_run(extras: str) -> str:
+        done = subprocess.run(["sh", "-ec", dry], env={"EXTRAS": extras, "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    for extras in ("spark", "fast,spark", "spark,fast"):
+        assert "install -y --no-install-recommends default-jre-headless" in would_run(extras), extras
+    for extras in ("fast", "", "sparkling"):
+        assert would_run(extras) == "", extras

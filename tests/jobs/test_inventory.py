@@ -145,7 +145,7 @@ def test_inventory_figures_orphans_and_cleanup(
     assert report.summary.orphans.objects == len(orphan_keys) == 6
     assert len(report.stale_uploads) == 1 and upload_keys
     html = (out / "report.html").read_text()
-    assert "<img" in html and "orders" in html and "kek-b" in html
+    assert "<svg" in html and "orders" in html and "kek-b" in html
 
     # The cleanup was a dry run: it names exactly the orphans and the upload's objects, deletes nothing.
     assert report.cleanup is not None and not report.cleanup.applied

@@ -93,7 +93,7 @@ def test_rotate_rewrap_remove_and_read_everything(
     assert second.summary.tally.counts == {"current": len(objects)}
     assert second.run.stats.bytes_out == 0
 
-    assert cli.main(["keys", "remove", "--key-ring", str(ring_path), "kek-a"]) == 0
+    assert cli.main(["keys", "remove", "--key-ring", str(ring_path), "kek-a", "--yes"]) == 0
     assert KeyRing.load(ring_path).ids() == ["kek-b"]
 
     after = verify(spark, options, output=str(tmp_path / "verify-after"))

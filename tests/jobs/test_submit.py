@@ -94,11 +94,11 @@ def test_key_rotation_and_inventory_on_a_standalone_cluster(tmp_path: Path) -> N
         str(ring_path),
     ]
 
-    def run(cluster: StandaloneCluster, job: str, out: Path) -> subprocess.CompletedProcess[str]:
-        return cluster.submit([tsproxy.jobs.cli.__file__, job, *common, "--output", str(out)])
+    def run(cluster: StandaloneCluster, job: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return cluster.submit([tsproxy.jobs.cli.__file__, job, *common, "--output", str(out), *extra])
 
     with StandaloneCluster.start(tmp_path / "spark") as cluster:
-        rewrap = run(cluster, "rewrap", tmp_path / "rewrap")
+        rewrap = run(cluster, "rewrap", tmp_path / "rewrap", "--apply")
         assert rewrap.returncode == 0, f"{rewrap.stdout[-3000:]}\n{rewrap.stderr[-3000:]}\n{cluster.logs()}"
         assert f"on {cluster.master_url}" in rewrap.stdout
         rewrapped = json.loads((tmp_path / "rewrap" / "summary.json").read_text())

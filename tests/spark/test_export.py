@@ -30,13 +30,18 @@ def job(tiered: Tiered, output: str, topics: str = "orders", **kw: Any) -> Expor
     return ExportJob(source=parse_read_options(tiered.options(topics=topics)), output=output, **kw)
 
 
+def _headers(headers: list[dict[str, Any]] | None) -> tuple[tuple[str, bytes | None], ...]:
+    # A record without headers has null there, like Spark's Kafka source: never an empty array.
+    assert headers != [], "empty headers array where Spark's Kafka source has null"
+    return tuple((h["key"], h["value"]) for h in headers or ())
+
+
 def file_rows(table: pa.Table) -> list[Row]:
     t = table.set_column(5, "timestamp", table.column("timestamp").cast(pa.int64()))
     return [
-        (r["offset"], r["timestamp"], r["timestampType"], r["key"], r["value"],
-         tuple((h["key"], h["value"]) for h in r["headers"]))
+        (r["offset"], r["timestamp"], r["timestampType"], r["key"], r["value"], _headers(r["headers"]))
         for r in t.to_pylist()
-    ]  # fmt: skip
+    ]
 
 
 def digests(root: Path) -> dict[str, str]:

@@ -122,11 +122,23 @@ def test_arrow_batches_have_spark_kafka_columns() -> None:
     assert batch.schema == arrow_schema(True)
     assert batch.column("timestamp").type == pa.timestamp("us", tz="UTC")
     assert batch.to_pylist()[0]["headers"] == [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]
+    assert batch.to_pylist()[1]["headers"] is None  # no headers: null, as Spark's Kafka source has it
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000, 7000]
     assert batch.to_pydict()["key"] == [b"k", None] and batch.to_pydict()["partition"] == [3, 3]
     assert rows_to_batch([], "orders", 3, include_headers=False).num_rows == 0
     ms = rows_to_batch(rows, "orders", 3, include_headers=False, timestamp_unit="ms")
     assert ms.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123, 7]
+
+
+def test_records_without_headers_have_null_headers() -> None:
+    with_h = (("h", b"x"),)
+    rows = [(i, 1, 0, b"k", b"v", with_h if i in (1, 2, 5) else ()) for i in range(7)]
+    got = rows_to_batch(rows, "t", 0, include_headers=True).column("headers").to_pylist()
+    assert got == [None, [{"key": "h", "value": b"x"}], [{"key": "h", "value": b"x"}], None, None,
+                   [{"key": "h", "value": b"x"}], None]  # fmt: skip
+    none = rows_to_batch([(*r[:5], ()) for r in rows], "t", 0, include_headers=True).column("headers")
+    assert none.null_count == 7
+    assert rows_to_batch(rows[1:3], "t", 0, include_headers=True).column("headers").null_count == 0
 
 
 def test_read_piece_cuts_arrow_batches_at_the_row_limit() -> None:

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tsproxy.errors import FormatError, IntegrityError
 
@@ -43,8 +43,17 @@ from .kafka_probe import contains_compressed_kafka, looks_like_compressed_kafka
 from .settings import TransformSettings
 from .stages import AesGcmSeal, Crc32cSeal, Payload, SealStage, ZstdStage
 
-if TYPE_CHECKING:
-    from .segment import SegmentInfo
+
+class SegmentSeals(Protocol):
+    """What a download needs of a segment's record (segment.SegmentInfo is one) to open its seals."""
+
+    @property
+    def segment_no(self) -> int: ...
+    @property
+    def salt(self) -> bytes: ...
+    @property
+    def crc32c(self) -> tuple[int, ...]: ...
+
 
 # The registry. Seal stages by name, each with the manifest flag bits format v1 records it by.
 SEALS: dict[str, tuple[type[SealStage], int]] = {
@@ -170,7 +179,7 @@ class UploadChain:
 class DownloadChain:
     """The stages of one object on the way down: open seal -> open compression. Not thread-safe (zstd)."""
 
-    def __init__(self, stages: Stages, ctx: ObjectContext, segments: Iterable[SegmentInfo]) -> None:
+    def __init__(self, stages: Stages, ctx: ObjectContext, segments: Iterable[SegmentSeals]) -> None:
         self.stages = stages
         self._ctx = ctx
         self._segments = {s.segment_no: s for s in segments}

@@ -5,7 +5,10 @@
 
 Backend, key ring and transform settings come from the same configuration `tsproxy serve` reads
 (TOML file, TSPROXY_* variables, the flags below). Exit status: 0 when all is well, 1 when the job found
-problems (or, for rewrap, objects left on old KEKs), 2 for bad configuration.
+problems (or, for rewrap, objects left on old KEKs), 2 for bad configuration or a missing 'spark' extra.
+
+The jobs that write (rewrap, migrate, inventory --delete-orphans) are dry runs unless given --apply:
+they print what they would do and change nothing.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _apply_flag(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--apply", action="store_true", help=text)
+
+
 def register(subparsers: Any) -> None:
     """Add the `jobs` command and its sub-commands to an argparse subparsers object."""
     jobs = subparsers.add_parser(
@@ -82,7 +89,9 @@ def register(subparsers: Any) -> None:
         "rewrap", help="re-wrap every object's data key with the active KEK (no data re-upload)"
     )
     _common(p)
-    p.add_argument("--dry-run", action="store_true", help="only count what would be rewrapped")
+    _apply_flag(p, "rewrap (default: dry run, only count what would be rewrapped)")
+    # Before --apply existed, rewrap wrote unless --dry-run; the flag is still accepted (and changes nothing).
+    p.add_argument("--dry-run", action="store_true", help=argparse.SUPPRESS)
     p = sub.add_parser("verify", help="read every object and check every chunk and MD5")
     _common(p)
     p.add_argument(
@@ -105,11 +114,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="delete orphans and stale uploads (dry run unless --apply)",
     )
-    p.add_argument("--apply", action="store_true", help="really delete")
+    _apply_flag(p, "with --delete-orphans: really delete (default: dry run, list what would go)")
     p.add_argument("--force", action="store_true", help="delete even if every Kafka object is an orphan")
     p = sub.add_parser("migrate", help="turn objects tsproxy did not write into tsproxy objects, in place")
     _common(p)
-    p.add_argument("--apply", action="store_true", help="really migrate (default: dry run)")
+    _apply_flag(p, "really migrate (default: dry run, list what would change)")
     p.set_defaults(concurrency=4)
     jobs.set_defaults(func=run)
 
@@ -156,9 +165,19 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job the arguments name; print its summary; return the exit status."""
+    from tsproxy.spark import missing_extra
+
+    hint = missing_extra("jobs")
+    if hint is not None:
+        print(hint, file=sys.stderr)
+        return 2
     from tsproxy.spark.session import spark_session
 
     try:
+        if args.job == "rewrap" and args.apply and args.dry_run:
+            raise ConfigError("rewrap: --apply and --dry-run contradict each other")
+        if args.job == "inventory" and args.apply and not args.delete_orphans:
+            raise ConfigError("inventory: --apply only applies with --delete-orphans")
         options = options_from_args(args)
         options.load_ring()  # a missing or broken key ring should fail before Spark starts
         spark = spark_session(args.master, app_name=f"tsproxy-{args.job}")
@@ -166,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
         if args.job == "rewrap":
             from tsproxy.jobs.rewrap import rewrap
 
-            r = rewrap(spark, options, dry_run=args.dry_run, **common)
+            r = rewrap(spark, options, dry_run=not args.apply, **common)
             print(r.text())
-            return 0 if r.ok or args.dry_run else 1
+            return 0 if r.ok or not args.apply else 1
         if args.job == "verify":
             from tsproxy.jobs.verify import verify
 

@@ -31,6 +31,7 @@ from .engine import JobRun, ObjectJob, TaskEnv, describe, opened_backend, run_jo
 from .options import JobOptions
 from .plan import OBJECT_WEIGHT, Listed, find_uploads, prefix_of
 from .probe import probe
+from .report import Headline, write_html
 from .verify import UPLOADS_SCHEMA, upload_rows
 
 SCHEMA = pa.schema(
@@ -315,6 +316,20 @@ class InventoryReport:
     def stale_uploads(self) -> list[dict[str, Any]]:
         return [u for u in self.uploads if u["stale"]]
 
+    def headline(self) -> Headline:
+        """The totals the HTML report opens with."""
+        s, t = self.summary, self.summary.total
+        orphans = s.orphans.objects if self.live_topics is not None else None
+        return Headline(
+            t.objects,
+            t.original_bytes,
+            t.stored_bytes,
+            t.ratio,
+            len(s.partitions),
+            orphans,
+            len(self.stale_uploads),
+        )
+
     def text(self) -> str:
         from .driver import human_bytes
 
@@ -396,9 +411,7 @@ def inventory(
     tables = group_tables(report.summary)
     for name, rows in tables.items():
         write_rows(Path(out) / f"{name}.parquet", rows, GROUP_SCHEMA)
-    from .report import write_html
-
-    write_html(Path(out) / "report.html", report, tables)
+    write_html(Path(out) / "report.html", report.headline(), tables, report.uploads)
     if delete_orphans:
         report.cleanup = _cleanup(options, report, listing, at, apply=apply, force=force)
     t = report.summary.total

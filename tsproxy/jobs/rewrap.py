@@ -158,8 +158,9 @@ class RewrapReport:
 
     def text(self) -> str:
         t = self.summary.tally
+        mode = " (dry run: nothing written; --apply to rewrap)" if self.dry_run else ""
         lines = [
-            f"rewrap{' (dry run)' if self.dry_run else ''}: {t.total} objects in {self.run.seconds:.1f}s "
+            f"rewrap{mode}: {t.total} objects in {self.run.seconds:.1f}s "
             f"over {self.run.partitions} partitions; active KEK {self.active}",
         ]
         lines += [f"  {status:<13} {n}" for status, n in sorted(t.counts.items())]

@@ -3,6 +3,8 @@
     key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
     timestampType int [, headers array<struct<key: string, value: binary>>]
 
+A record without headers has null there, not an empty array, as in Spark's Kafka source.
+
 Columns are built from the decoder's plain row tuples by one Arrow conversion, so the Python work per
 record stays with the decoder.
 """
@@ -84,5 +86,14 @@ def rows_to_batch(
         types,
     ]
     if include_headers:
-        columns.append(headers)
+        columns.append(_null_when_empty(headers))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _null_when_empty(headers: pa.ListArray) -> pa.ListArray:
+    """The same lists, with null for every empty one (Spark's Kafka source gives null, not [], for a
+    record without headers). Rebuilt from the offsets and a validity mask: no per-row work in Python."""
+    empty = pc.equal(pc.list_value_length(headers), 0)
+    if not pc.any(empty).as_py():
+        return headers
+    return pa.ListArray.from_arrays(headers.offsets, headers.values, type=HEADER_TYPE, mask=empty)

@@ -2,7 +2,7 @@
 
 The main CLI adds the command with `register(subparsers)`; `export_main.py` runs the same command
 under spark-submit. Exit codes: 0 done, 1 the export failed (missing objects, wrong keys, corrupt
-data: one line says which), 2 bad options.
+data: one line says which), 2 bad options or a missing 'spark' extra (one line says what to install).
 """
 
 from __future__ import annotations
@@ -141,6 +141,12 @@ def _conf(pairs: Sequence[str]) -> dict[str, str]:
 
 def run_command(args: argparse.Namespace, spark: Any | None = None) -> int:
     """Run the export described by parsed flags; prints progress to stderr and the summary to stdout."""
+    from . import missing_extra
+
+    hint = missing_extra("export")
+    if hint is not None:
+        print(hint, file=sys.stderr)
+        return 2
     from .export import run_export
 
     job = job_from_args(args)

@@ -109,6 +109,7 @@ class SegmentResult:
     seconds: float
     next_offset: int
     cpu_seconds: float = 0.0  # CPU time of the process while exporting it (its read-ahead thread included)
+    corrupt_batches: int = 0  # corrupt stretches of record batches skipped (skip_corrupt)
 
 
 @dataclass
@@ -122,10 +123,14 @@ class ExportSummary:
     bytes_out: int = 0
     files: int = 0
     seconds: float = 0.0
+    corrupt_batches: int = 0  # corrupt stretches of record batches skipped (skip_corrupt) ...
+    corrupt_segments: int = 0  # ... in this many segments
     results: list[SegmentResult] = field(default_factory=list, repr=False)
 
     def add(self, result: SegmentResult) -> None:
         self.segments += 1
+        self.corrupt_batches += result.corrupt_batches
+        self.corrupt_segments += 1 if result.corrupt_batches else 0
         self.records += result.records
         self.bytes_in += result.bytes_in
         self.bytes_out += result.bytes_out
@@ -149,6 +154,9 @@ class ExportSummary:
             ("seconds", f"{self.seconds:.1f}"),
             ("throughput", f"{_size(self.bytes_in / secs)}/s, {self.records / secs:,.0f} records/s"),
         ]
+        if self.corrupt_batches:
+            where = f"in {self.corrupt_segments:,} segment{'' if self.corrupt_segments == 1 else 's'}"
+            rows.insert(2, ("corrupt batches skipped", f"{self.corrupt_batches:,} stretches {where}"))
         width = max(len(k) for k, _ in rows)
         return "export summary\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
@@ -329,6 +337,7 @@ def export_segment(job: ExportJob, task: SegmentTask) -> SegmentResult:
         seconds=time.monotonic() - started,
         next_offset=next_offset,
         cpu_seconds=time.process_time() - cpu_started,
+        corrupt_batches=stats.corrupt_batches,
     )
     _write_marker(output, task, result, bucket.uri(task.key))
     return result

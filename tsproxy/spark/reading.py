@@ -7,6 +7,7 @@ region waits for the next bytes.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
@@ -32,6 +33,8 @@ from .arrow import rows_to_batch
 from .bucket import Bucket
 from .planning import Piece
 from .prefetch import ReadAhead
+
+log = logging.getLogger(__name__)
 
 REGION_BYTES = 8 << 20  # decode once this much is buffered
 ROWS_PER_BATCH = 32768  # Arrow batch size handed to Spark / the Parquet writer ...
@@ -241,7 +244,13 @@ def read_piece(
     rows_per_batch: int = ROWS_PER_BATCH,
     max_batch_bytes: int = MAX_ARROW_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of a piece's records, in offset order, bounded in rows and bytes."""
+    """Arrow record batches of a piece's records, in offset order, bounded in rows and bytes.
+
+    With skip_corrupt, a read that skipped anything says so in one warning (the executor's log); the
+    count is in `stats` too.
+    """
+    stats = stats if stats is not None else DecodeStats()
+    skipped_before = stats.corrupt_batches
     pending: pa.Table | None = None
     for rows in piece_rows(bucket, piece, skip_corrupt=skip_corrupt, stats=stats):
         batch = rows_to_batch(
@@ -254,6 +263,13 @@ def read_piece(
             pending = pending.slice(cut)
     if pending is not None and pending.num_rows:
         yield _one_batch(pending)
+    skipped = stats.corrupt_batches - skipped_before
+    if skipped:
+        span = f"{piece.first}..{'end' if piece.end is None else piece.end}"
+        log.warning(
+            "tsproxy: skipped %d corrupt stretch%s of record batches in %s (bytes %s, skipCorrupt)",
+            skipped, "" if skipped == 1 else "es", bucket.uri(piece.key), span,
+        )  # fmt: skip
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:

@@ -3,6 +3,10 @@
 On a local master, Python workers run the interpreter that runs the driver (the one tsproxy is
 installed in) unless PYSPARK_PYTHON says otherwise; Spark's console progress bar is off because the
 jobs report their own progress.
+
+When tsproxy starts the JVM itself (not under spark-submit), Spark logs with log4j2.properties next to
+this module: errors only, and no task failure stack traces (the commands end with one line saying why
+they failed). Under spark-submit the cluster's log configuration stands, at WARN on the driver.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def spark_session(
@@ -25,7 +33,15 @@ def spark_session(
 
     from . import register
 
-    if master is None and not _submitted_master(SparkConf, SparkContext):
+    settings = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        **(conf or {}),
+    }
+    quiet = _starts_jvm(SparkContext)
+    if quiet:
+        settings[DRIVER_JAVA_OPTIONS] = quiet_java_options(settings.get(DRIVER_JAVA_OPTIONS, ""))
+    if master is None and not _submitted_master(SparkConf, SparkContext, settings):
         master = "local[*]"  # not under spark-submit: run on this machine
 
     if master and master.startswith("local"):
@@ -37,27 +53,35 @@ def spark_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    settings = {
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        **(conf or {}),
-    }
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if not quiet:
+        spark.sparkContext.setLogLevel("WARN")
     register(spark)
     # One line naming where the work runs: a job meant for a cluster that ran locally is obvious.
     print(f"{app_name}: Spark {spark.version} on {spark.sparkContext.master}", file=sys.stderr, flush=True)
     return spark
 
 
-def _submitted_master(conf_class: Any, context_class: Any) -> bool:
+def quiet_java_options(options: str) -> str:
+    """Driver JVM options with Spark's logging configured by LOG_CONFIG (unless they configure it)."""
+    if "log4j2.configurationFile" in options or "log4j.configurationFile" in options:
+        return options
+    return f"{options} -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}".strip()
+
+
+def _starts_jvm(context_class: Any) -> bool:
+    """True when this process will launch Spark's JVM (not spark-submit, and no session yet)."""
+    return context_class._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
+def _submitted_master(conf_class: Any, context_class: Any, settings: Mapping[str, str]) -> bool:
     """True when spark-submit (or spark-defaults.conf) named a master.
 
     Before the JVM gateway is up a SparkConf is an empty Python dict, blind to what spark-submit
-    passed; so the gateway is started first (the session would start it anyway) and the conf read
-    from the JVM's system properties.
+    passed; so the gateway is started first (the session would start it anyway; with `settings`, as
+    the JVM's options are fixed at its start) and the conf read from the JVM's system properties.
     """
-    context_class._ensure_initialized()
+    context_class._ensure_initialized(conf=conf_class(loadDefaults=False).setAll(list(settings.items())))
     return bool(conf_class().contains("spark.master"))
