@@ -6,10 +6,11 @@ says which setting, where it came from, and what is wrong.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from tsproxy.errors import ConfigError
 ENV_PREFIX = "TSPROXY_"
 DEV_ACCESS_KEY = "tsproxy-dev"
 DEV_SECRET_KEY = "tsproxy-dev-secret-key"
+# TSPROXY_* variables that are not settings: the config file, the client credentials, and the endpoint
+# the examples in deploy/examples talk to (a client-side variable that may share a shell with serve).
+_OTHER_ENV = frozenset({"CONFIG", "ACCESS_KEY", "SECRET_KEY", "ENDPOINT"})
 
 _SIZE_UNITS = {
     "": 1,
@@ -129,8 +133,19 @@ class Config:
     shutdown_grace: float = 30.0
     transform_threads: int = 0  # 0: one per core, at least 2
     max_clock_skew: float = 900.0
+    access_log: bool = True  # one JSON line per client request (logger tsproxy.access)
+    backend_check: float = 10.0  # seconds between backend probes; 0: only the one at start
     # Set by `load` when the embedded defaults are in use (dev key ring and credentials).
     dev_mode: bool = False
+    # Set by `load` when no key ring was named and the dev ring next to the data directory is used;
+    # only then may tsproxy create a key ring file.
+    dev_key_ring: bool = False
+    # Where each setting came from ("--chunk-size", "$TSPROXY_CACHE_DIR", a TOML file), for messages.
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def origin(self, name: str) -> str:
+        """Where setting `name` came from: a flag, an environment variable, a file, or "default"."""
+        return self.origins.get(name, "default")
 
     @property
     def local_backend(self) -> bool:
@@ -176,6 +191,8 @@ _PARSERS: dict[str, Any] = {
     "shutdown_grace": parse_duration,
     "transform_threads": int,
     "max_clock_skew": parse_duration,
+    "access_log": parse_bool,
+    "backend_check": parse_duration,
 }
 SETTINGS = tuple(_PARSERS)
 
@@ -192,8 +209,12 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
         fail("compression_level", "must be between 1 and 22")
     if not cfg.backend.startswith(("file:", "http://", "https://")):
         fail("backend", f"{cfg.backend!r} is not file:///path or http(s)://host:port")
+    if not cfg.local_backend:
+        _validate_backend_url(cfg.backend, fail)
     if cfg.backend_part_size < (5 << 20) or cfg.backend_part_size > (5 << 30):
         fail("backend_part_size", "must be between 5MiB and 5GiB (S3 part size limits)")
+    if cfg.backend_check < 0:
+        fail("backend_check", "must not be negative (0 probes the backend only at start)")
     if cfg.key_ring_check < 0:
         fail("key_ring_check", "must not be negative (0 turns the periodic check off)")
     if cfg.backend_max_attempts < 1:
@@ -217,6 +238,39 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
             fail("credentials", "every credential needs access_key and secret_key")
 
 
+def _validate_backend_url(url: str, fail: Callable[[str, str], None]) -> None:
+    """An S3 endpoint is scheme://host[:port]; a path there usually is a bucket put in the wrong place."""
+    rest = url.split("://", 1)[1]
+    host, _, path = rest.partition("/")
+    if not host:
+        fail("backend", f"{url!r} names no host")
+    path = path.strip("/")
+    if path:
+        first = path.split("/", 1)[0]
+        fail(
+            "backend",
+            f"{url!r} has a path ('/{path}'); the backend URL is scheme://host:port only. To keep every "
+            f"client bucket in one backend bucket, set backend_bucket = {first!r} "
+            f"(--backend-bucket {first})",
+        )
+    if "?" in rest or "#" in rest:
+        fail("backend", f"{url!r} has a query or fragment; the backend URL is scheme://host:port only")
+
+
+def _unknown_environment(env: Mapping[str, str]) -> None:
+    """A misspelt TSPROXY_* variable is an error, as an unknown key in the TOML file is."""
+    known = {name.upper() for name in _PARSERS} | _OTHER_ENV
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX):
+            continue
+        name = var[len(ENV_PREFIX) :]
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean ${ENV_PREFIX}{close[0]}?)" if close else ""
+        raise ConfigError(f"config: unknown setting {var!r} in the environment{hint}")
+
+
 def load(
     cli: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
@@ -227,6 +281,7 @@ def load(
     `cli` holds only the options the user gave (None values are ignored). Raises ConfigError.
     """
     env = dict(os.environ if env is None else env)
+    _unknown_environment(env)
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
     credentials: list[Credentials] = []
@@ -291,9 +346,9 @@ def load(
                 "`tsproxy keys init --key-ring FILE`, or set encryption = false)"
             )
         root = cfg.backend_path()
-        cfg = _replace(cfg, key_ring=root.parent / f"{root.name}-dev-keyring.json")
+        cfg = _replace(cfg, key_ring=root.parent / f"{root.name}-dev-keyring.json", dev_key_ring=True)
         dev = True
-    cfg = _replace(cfg, dev_mode=dev)
+    cfg = _replace(cfg, dev_mode=dev, origins=dict(where))
     _validate(cfg, where)
     return cfg
 
