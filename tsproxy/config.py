@@ -10,7 +10,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -209,8 +209,6 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
         fail("compression_level", "must be between 1 and 22")
     if not cfg.backend.startswith(("file:", "http://", "https://")):
         fail("backend", f"{cfg.backend!r} is not file:///path or http(s)://host:port")
-    if not cfg.local_backend:
-        _validate_backend_url(cfg.backend, fail)
     if cfg.backend_part_size < (5 << 20) or cfg.backend_part_size > (5 << 30):
         fail("backend_part_size", "must be between 5MiB and 5GiB (S3 part size limits)")
     if cfg.backend_check < 0:
@@ -238,8 +236,14 @@ def _validate(cfg: Config, where: Mapping[str, str]) -> None:
             fail("credentials", "every credential needs access_key and secret_key")
 
 
-def _validate_backend_url(url: str, fail: Callable[[str, str], None]) -> None:
+def _validate_backend_url(url: str, origin: str) -> None:
     """An S3 endpoint is scheme://host[:port]; a path there usually is a bucket put in the wrong place."""
+
+    def fail(name: str, why: str) -> None:
+        raise ConfigError(f"config: {name} ({origin}): {why}")
+
+    if not url.startswith(("http://", "https://")):
+        return
     rest = url.split("://", 1)[1]
     host, _, path = rest.partition("/")
     if not host:
@@ -330,6 +334,7 @@ def load(
             raise ConfigError(f"config: {name} ({where[name]}): {e}") from None
 
     cfg = Config(**parsed, credentials=tuple(credentials))
+    _validate_backend_url(cfg.backend, where.get("backend", "default"))
     dev = False
     if not cfg.credentials and not cfg.anonymous:
         if not cfg.local_backend:

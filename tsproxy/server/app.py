@@ -71,13 +71,13 @@ class Proxy:
         """
         cfg = self.cfg
         logging.getLogger("tsproxy.access").disabled = not cfg.access_log
+        await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
         if cfg.encryption and cfg.key_ring is not None:
             self._ring_stamp = _file_stamp(cfg.key_ring)
             ring, self.key_ring_state = await asyncio.to_thread(startup.load_keyring, cfg)
             self.keyring = ring
             self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
         if cfg.cache_dir is not None:
-            await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
             cache_key = (
                 self.keyring.derive_key("chunk cache") if (cfg.cache_encrypt and self.keyring) else None
             )

@@ -156,7 +156,8 @@ async def probe(
     findings.append(Finding("reachable", True, f"backend {endpoint} answers"))
     if endpoint.startswith("https:"):
         findings.append(Finding("tls", True, "TLS handshake and certificate accepted"))
-    findings.append(Finding("credentials", True, "tsproxy's credentials are accepted"))
+    if not endpoint.startswith("file:"):
+        findings.append(Finding("credentials", True, "tsproxy's credentials are accepted"))
     if bucket is not None:
         findings.append(Finding("bucket", True, f"backend_bucket {bucket!r} exists"))
     if write:

@@ -165,6 +165,11 @@ def _port_findings(cfg: Config) -> list[Finding]:
 async def check(cfg: Config, backend: Backend) -> list[Finding]:
     """Every start-up check, then the backend probes; changes nothing (see the module docstring)."""
     findings = [_key_ring_finding(cfg), _cache_finding(cfg), *_port_findings(cfg)]
+    root = cfg.backend_path() if cfg.local_backend else None
+    if root is not None and not root.exists():  # starting the local backend would create it
+        problem = cache_dir_problem(root, create=False)
+        message = problem or f"{root} does not exist yet; it will be created"
+        return [*findings, Finding("backend", problem is None, message)]
     try:
         await backend.start()
         findings += await probe(backend, Namespace(cfg.backend_bucket, cfg.backend_prefix), cfg.backend)
