@@ -221,7 +221,7 @@ class BackendHealth:
         self.up = True
         self.reason = ""
         self._failures = 0
-        self._next_trial = 0.0
+        self._last_trial = 0.0  # when the store went down, or the last trial request went through
         metrics.backend_up.set(1)
 
     def probed(self, findings: list[Finding]) -> None:
@@ -249,8 +249,8 @@ class BackendHealth:
         if self.up:
             return
         now = self.clock()
-        if now >= self._next_trial:
-            self._next_trial = now + self.trial_every
+        if now - self._last_trial >= self.trial_every:
+            self._last_trial = now
             return
         raise unavailable(self.reason)
 
@@ -259,7 +259,7 @@ class BackendHealth:
         self.up, self.reason = up, reason if not up else ""
         self.metrics.backend_up.set(1 if up else 0)
         if was and not up:
-            self._next_trial = self.clock() + self.trial_every
+            self._last_trial = self.clock()
             log.error(
                 "object store unavailable: uncached reads and writes fail fast with 503 until it is back",
                 extra={"fields": {"reason": reason}},
