@@ -67,8 +67,8 @@ def test_wrong_backend_secret_is_a_503_naming_the_store(tmp_path: Path, seaweed:
     log_path = tmp_path / "stderr.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tsproxy.cli", "serve", "--key-ring", "ring.json"]
-            + ["--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}"],
+            [sys.executable, "-m", "tsproxy.cli", "serve", "--key-ring", "ring.json",
+             "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}"],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True,
         )  # fmt: skip
     try:

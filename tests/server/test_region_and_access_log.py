@@ -56,8 +56,8 @@ def _serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Serving:
     log_path = tmp / f"stderr-{port}.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tsproxy.cli", "serve", "--listen", f"127.0.0.1:{port}"]
-            + ["--metrics-listen", "off", "--backend-check", "0", *args],
+            [sys.executable, "-m", "tsproxy.cli", "serve", "--listen", f"127.0.0.1:{port}",
+             "--metrics-listen", "off", "--backend-check", "0", *args],
             cwd=tmp, env=environment, stdout=subprocess.PIPE, stderr=log_file, text=True,
         )  # fmt: skip
     assert proc.stdout is not None
@@ -110,7 +110,8 @@ def test_a_scope_in_another_region_is_refused_in_a_presigned_url(eu: Serving) ->
     assert resp.status == 400
     assert _region_error(resp.data) == (
         "AuthorizationQueryParametersError",
-        "Error parsing the X-Amz-Credential parameter; the region 'us-east-1' is wrong; expecting 'eu-west-1'",
+        "Error parsing the X-Amz-Credential parameter; "
+        "the region 'us-east-1' is wrong; expecting 'eu-west-1'",
         "eu-west-1",
     )
 

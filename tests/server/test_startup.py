@@ -205,7 +205,8 @@ def test_check_passes_against_a_healthy_store(
     assert all(line.startswith("ok   ") for line in lines), lines
     checks = [line.split()[1] for line in lines]
     assert checks == [
-        "key_ring:", "cache_dir:", "listen:", "metrics_listen:", "reachable:", "credentials:", "bucket:", "objects:"
+        "key_ring:", "cache_dir:", "listen:", "metrics_listen:",
+        "reachable:", "credentials:", "bucket:", "objects:",
     ]  # fmt: skip
     assert f"wrote, read and deleted {seaweed_bucket}/.tsproxy/probe-" in lines[-1]
     # The probe object is gone.
