@@ -196,11 +196,19 @@ class Proxy:
         return findings
 
     async def watch_backend(self) -> None:
-        """Probe the store at start (with a probe object), then every backend_check seconds."""
+        """Probe the store at start, then every backend_check seconds.
+
+        The probes here only read (reachable, TLS, credentials, bucket): a probe object written at every
+        start would land in a client's bucket when no backend_bucket is set, and leave versions behind
+        in a versioned bucket. `serve --check` adds the write-read-delete probe.
+        """
         try:
-            for finding in await self.probe_backend(write=True):
+            findings = await self.probe_backend(write=False)
+            for finding in findings:
                 if not finding.ok:
                     log.error(finding.message, extra={"fields": {"check": finding.check}})
+            if all(f.ok for f in findings):
+                log.info("object store probe passed", extra={"fields": {"backend": self.cfg.backend}})
         except Exception:
             log.exception("backend probe failed")
         interval = self.cfg.backend_check
