@@ -142,7 +142,7 @@ class TsproxyProcess:
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError("tsproxy exited during startup")
-            if "metrics and health" in line:
+            if '"msg": "tsproxy serving S3"' in line:
                 break
         self.endpoint = f"http://127.0.0.1:{self.port}"
 

@@ -6,10 +6,14 @@ import argparse
 import asyncio
 import importlib
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from tsproxy import __version__, config, logs
 from tsproxy.errors import ConfigError
+
+T = TypeVar("T")
 
 SERVE_FLAGS = (
     ("--listen", "listen", f"HOST:PORT of the S3 API (default {config.show('listen')})"),
@@ -35,7 +39,8 @@ SERVE_FLAGS = (
     (
         "--key-ring",
         "key_ring",
-        "key ring file (tsproxy keys init); a dev ring is generated for file:// backends",
+        "key ring file (tsproxy keys init); never created: a dev ring is generated only when no ring "
+        "is named and the backend is file://",
     ),
     ("--chunk-size", "chunk_size", f"chunk size, 64KiB..64MiB (default {config.show('chunk_size')})"),
     (
@@ -57,7 +62,17 @@ SERVE_FLAGS = (
         f"bytes read ahead of a forward-moving reader (default {config.show('prefetch')})",
     ),
     ("--region", "region", f"region this endpoint reports (default {config.show('region')})"),
-    ("--log-level", "log_level", "debug, info, warning, error"),
+    ("--log-level", "log_level", "debug, info, warning, error (debug adds tracebacks to start-up errors)"),
+    (
+        "--access-log",
+        "access_log",
+        f"on or off: one JSON line per client request (default {config.show('access_log')})",
+    ),
+    (
+        "--backend-check",
+        "backend_check",
+        f"seconds between backend probes (default {config.show('backend_check')}; 0: only at start)",
+    ),
 )
 
 
@@ -83,7 +98,16 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--anonymous", dest="anonymous", action="store_const", const=True, help="accept unsigned requests"
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="run the start-up checks and probe the backend, print one line per finding, exit 0 or 2",
+    )
     p.set_defaults(func=_serve)
+
+
+class StartupFailed(ConfigError):
+    """Something unexpected stopped the start: still one line (the traceback comes at debug level)."""
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -95,32 +119,35 @@ def _serve(args: argparse.Namespace) -> int:
     cli["allow_insecure_key_ring"] = args.allow_insecure_key_ring
     cfg = config.load(cli, config_file=args.config)
     logs.setup(cfg.log_level)
-
-    def ready() -> None:
-        host, port = cfg.listen
-        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-        lines = [f"tsproxy {__version__} serving S3 on {url} (backend {cfg.backend})"]
-        if cfg.dev_mode:
-            cred = cfg.credentials[0]
-            lines += [
-                "development defaults in use (local directory, dev credentials, generated dev key ring):",
-                f"  export AWS_ACCESS_KEY_ID={cred.access_key} AWS_SECRET_ACCESS_KEY={cred.secret_key}",
-                f"  aws --endpoint-url {url} s3 mb s3://demo && aws --endpoint-url {url} s3 cp README.md s3://demo/",
-            ]
-        if cfg.metrics_listen:
-            lines.append(
-                f"metrics and health on http://{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}/metrics"
-            )
-        print("\n".join(lines), flush=True)
-
+    debug = cfg.log_level.lower() == "debug"
+    if args.check:
+        findings = _starting(lambda: asyncio.run(server.check(cfg)), debug)
+        for finding in findings:
+            print(finding.line(), flush=True)
+        return 0 if all(f.ok for f in findings) else 2
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(server.run(cfg, ready=ready))
+    started: list[bool] = []
+    _starting(lambda: asyncio.run(server.run(cfg, ready=lambda: started.append(True))), debug, started)
     return 0
+
+
+def _starting(step: Callable[[], T], debug: bool, started: Sequence[bool] = ()) -> T:
+    """Run `step`; an error before the server started becomes one line (ConfigError), exit 2."""
+    try:
+        return step()
+    except Exception as e:
+        if started:  # a failure while serving is not a start-up mistake
+            raise
+        if debug:
+            traceback.print_exception(e, file=sys.stderr)
+        if isinstance(e, ConfigError):
+            raise
+        raise StartupFailed(f"start-up failed: {type(e).__name__}: {e}") from e
 
 
 # The pipeline's commands pull in pyarrow and pyspark: imported only when asked for, so that `serve`

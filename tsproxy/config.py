@@ -13,6 +13,7 @@ fields). A rule that involves several settings goes in `_validate`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
 ENV_PREFIX = "TSPROXY_"
 DEV_ACCESS_KEY = "tsproxy-dev"
 DEV_SECRET_KEY = "tsproxy-dev-secret-key"
+# TSPROXY_* variables that are not settings: the config file, the client credentials, and the endpoint
+# the examples in deploy/examples talk to (a client-side variable that may share a shell with serve).
+_OTHER_ENV = frozenset({"CONFIG", "ACCESS_KEY", "SECRET_KEY", "ENDPOINT"})
 
 _SIZE_UNITS = {
     "": 1,
@@ -316,13 +320,28 @@ class Config:
     header_timeout: float = field(default=defaults.HEADER_TIMEOUT, metadata=parsed_by(parse_duration))
     body_idle_timeout: float = field(default=defaults.BODY_IDLE_TIMEOUT, metadata=parsed_by(parse_duration))
     max_connections: int = field(default=defaults.MAX_CONNECTIONS, metadata=parsed_by(int))
+    access_log: bool = field(default=defaults.ACCESS_LOG, metadata=parsed_by(parse_bool))
+    # seconds between backend probes; 0: only the one at start
+    backend_check: float = field(
+        default=defaults.BACKEND_CHECK,
+        metadata=parsed_by(
+            parse_duration, _at_least(0, "must not be negative (0 probes the backend only at start)")
+        ),
+    )
     # Set by `load` when the embedded defaults are in use (dev key ring and credentials).
     dev_mode: bool = False
+    # Set by `load` when no key ring was named and the dev ring next to the data directory is used;
+    # only then may tsproxy create a key ring file.
+    dev_key_ring: bool = False
     # Where each setting came from ("--chunk-size", "$TSPROXY_CHUNK_SIZE", a file), for error messages.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    def origin(self, name: str) -> str:
+        """Where setting `name` came from: a flag, an environment variable, a file, or "default"."""
+        return self.sources.get(name, "default")
 
     @property
     def local_backend(self) -> bool:
@@ -375,7 +394,8 @@ class Config:
         )
 
 
-# The settings: every field of Config with a parser (credentials, dev_mode and sources are not).
+# The settings: every field of Config with a parser (credentials, dev_mode, dev_key_ring and sources
+# are not).
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     f.name: f.metadata["parse"] for f in fields(Config) if "parse" in f.metadata
 }
@@ -435,6 +455,45 @@ def _validate(cfg: Config) -> None:
             fail("credentials", "every credential needs access_key and secret_key")
 
 
+def _validate_backend_url(url: str, origin: str) -> None:
+    """An S3 endpoint is scheme://host[:port]; a path there usually is a bucket put in the wrong place."""
+
+    def fail(name: str, why: str) -> None:
+        raise ConfigError(f"config: {name} ({origin}): {why}")
+
+    if not url.startswith(("http://", "https://")):
+        return
+    rest = url.split("://", 1)[1]
+    host, _, path = rest.partition("/")
+    if not host:
+        fail("backend", f"{url!r} names no host")
+    path = path.strip("/")
+    if path:
+        first = path.split("/", 1)[0]
+        fail(
+            "backend",
+            f"{url!r} has a path ('/{path}'); the backend URL is scheme://host:port only. To keep every "
+            f"client bucket in one backend bucket, set backend_bucket = {first!r} "
+            f"(--backend-bucket {first})",
+        )
+    if "?" in rest or "#" in rest:
+        fail("backend", f"{url!r} has a query or fragment; the backend URL is scheme://host:port only")
+
+
+def _unknown_environment(env: Mapping[str, str]) -> None:
+    """A misspelt TSPROXY_* variable is an error, as an unknown key in the TOML file is."""
+    known = {name.upper() for name in _PARSERS} | _OTHER_ENV
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX):
+            continue
+        name = var[len(ENV_PREFIX) :]
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean ${ENV_PREFIX}{close[0]}?)" if close else ""
+        raise ConfigError(f"config: unknown setting {var!r} in the environment{hint}")
+
+
 def load(
     cli: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
@@ -446,6 +505,7 @@ def load(
     process environment. Raises ConfigError.
     """
     env = dict(os.environ if env is None else env)
+    _unknown_environment(env)
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
     credentials: list[Credentials] = []
@@ -493,6 +553,7 @@ def load(
         except (ValueError, TypeError) as e:
             raise ConfigError(f"config: {name} ({where[name]}): {e}") from None
     parsed["credentials"] = tuple(credentials)
+    _validate_backend_url(str(parsed.get("backend", DEFAULTS["backend"])), where.get("backend", "default"))
     parsed.update(_development_defaults(parsed))
     return Config(**parsed, sources=where)
 
@@ -520,5 +581,6 @@ def _development_defaults(parsed: Mapping[str, Any]) -> dict[str, Any]:
             )
         root = local_root(backend)
         out["key_ring"] = root.parent / f"{root.name}-dev-keyring.json"
+        out["dev_key_ring"] = True
     out["dev_mode"] = bool(out)
     return out

@@ -18,6 +18,7 @@ REGION = "us-east-1"  # the region tsproxy reports and the Spark source signs fo
 BACKEND = "file://./tsproxy-data"
 BACKEND_PATH_STYLE = True
 BACKEND_PART_SIZE = 25 << 20
+BACKEND_CHECK = 10.0  # seconds between backend probes; 0: only the one at start
 BACKEND_MAX_ATTEMPTS = 5
 
 # How new objects are stored.
@@ -41,6 +42,7 @@ METADATA_TTL = 5.0  # seconds
 # The process.
 ANONYMOUS = False
 LOG_LEVEL = "info"
+ACCESS_LOG = True  # one JSON line per client request (logger tsproxy.access)
 SHUTDOWN_GRACE = 30.0  # seconds
 TRANSFORM_THREADS = 0  # 0: one per core, at least 2
 MAX_CLOCK_SKEW = 900.0  # seconds

@@ -116,6 +116,13 @@ class Metrics:
         self.backend_bytes_out = Counter(
             "tsproxy_backend_sent_bytes_total", "Stored bytes written to the backend.", registry=r
         )
+        self.backend_up = Gauge(
+            "tsproxy_backend_up",
+            "1 while the object store answers and accepts tsproxy's credentials, 0 while it does not "
+            "(set by the probes and by request outcomes).",
+            registry=r,
+        )
+        self.backend_up.set(1)
         # Transform.
         self.transform_original_bytes = Counter(
             "tsproxy_transform_original_bytes_total", "Original bytes of chunks stored.", registry=r

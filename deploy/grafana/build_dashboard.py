@@ -462,6 +462,16 @@ ROWS: list[Row] = [
                     ),
                 ],
             ),
+            Panel(
+                "Object store up",
+                "1 while the object store answers and accepts tsproxy's credentials, 0 while it does not "
+                "(from the probes and request outcomes). At 0, uploads and uncached reads get a fast 503 "
+                "with Retry-After while readiness stays up; TsproxyBackendDown fires after 2 minutes "
+                "(see docs/OPERATIONS.md).",
+                [Target(f"min by (instance) (tsproxy_backend_up{{{SEL}}})", "{{instance}}")],
+                width=10,
+                extra_defaults={"min": 0, "max": 1},
+            ),
         ],
     ),
 ]

@@ -381,6 +381,20 @@ def test_region_is_free_unless_pinned() -> None:
     with pytest.raises(errors.AuthorizationHeaderMalformed, match="eu-central-1") as exc:
         check(wire, region="us-east-1")
     assert exc.value.fields["Region"] == "us-east-1"
+    assert str(exc.value) == (
+        "The authorization header is malformed; the region 'eu-central-1' is wrong; expecting 'us-east-1'"
+    )
+
+
+def test_presigned_region_is_pinned_too() -> None:
+    wire = presign_with_botocore("GET", "https://s3.test/b/k", region="us-east-1")
+    assert check(wire, region="us-east-1").access_key == ACCESS_KEY
+    with pytest.raises(errors.AuthorizationQueryParametersError) as exc:
+        check(wire, region="eu-west-1")
+    assert str(exc.value) == (
+        "Error parsing the X-Amz-Credential parameter; the region 'us-east-1' is wrong; expecting 'eu-west-1'"
+    )
+    assert (exc.value.status, exc.value.fields["Region"]) == (400, "eu-west-1")
 
 
 def test_header_whitespace_is_folded_and_repeated_headers_joined() -> None:

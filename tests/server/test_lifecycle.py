@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -60,7 +61,7 @@ def _serve(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Served:
         if not line:
             break
         banner.append(line)
-        if "metrics and health" in line:
+        if '"msg": "tsproxy serving S3"' in line:
             return Served(proc, cwd, port, metrics_port, "".join(banner))
     proc.kill()
     raise AssertionError("tsproxy did not start: " + "".join(banner))
@@ -87,7 +88,10 @@ def _client(s: Served) -> object:
 
 
 def test_dev_defaults_print_how_to_connect(served: Served, tmp_path: Path) -> None:
-    assert "AWS_ACCESS_KEY_ID=tsproxy-dev" in served.banner
+    start = json.loads(served.banner.splitlines()[-1])  # one JSON log line
+    assert start["logger"] == "tsproxy.server" and start["level"] == "info"
+    assert "AWS_ACCESS_KEY_ID=tsproxy-dev" in start["development_defaults"]
+    assert start["key_ring_state"].startswith("generated")
     assert served.endpoint in served.banner
     s3 = _client(served)
     s3.create_bucket(Bucket="demo")  # type: ignore[attr-defined]

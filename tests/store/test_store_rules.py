@@ -279,8 +279,8 @@ def client_error(code: str, status: int, message: str = "m") -> botocore.excepti
         ("412", 412, errors.PreconditionFailed, False),
         ("503", 503, errors.ServiceUnavailable, True),
         ("502", 502, errors.InternalError, True),
-        ("SignatureDoesNotMatch", 403, errors.InternalError, False),  # tsproxy's keys, not the client's
-        ("InvalidAccessKeyId", 403, errors.InternalError, False),
+        ("SignatureDoesNotMatch", 403, s3errors.BackendRefused, False),  # tsproxy's keys, not the client's
+        ("InvalidAccessKeyId", 403, s3errors.BackendRefused, False),
     ],
 )
 def test_client_errors_map_to_s3_errors(

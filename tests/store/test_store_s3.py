@@ -20,6 +20,7 @@ from tests.support.ports import free_port
 from tests.support.seaweed import SeaweedFS
 from tsproxy import errors
 from tsproxy.store import s3 as s3_module
+from tsproxy.store import s3errors
 from tsproxy.store.base import MIB
 from tsproxy.store.s3 import S3Backend
 
@@ -216,9 +217,11 @@ async def test_wrong_credentials_are_a_server_fault(
 ) -> None:
     backend = await started(seaweed, faulty_proxy.endpoint, recorder, secret_key="wrong-secret")
     try:
-        with pytest.raises(errors.InternalError):
+        with pytest.raises(s3errors.BackendRefused) as exc:
             await backend.get_bytes(seaweed_bucket, "k")
-        assert faulty_proxy.count() == 1
+        assert (exc.value.code, exc.value.status) == ("ServiceUnavailable", 503)  # the store, not the client
+        assert "refused tsproxy's credentials" in str(exc.value)
+        assert faulty_proxy.count() == 1  # not retried
     finally:
         await backend.close()
 

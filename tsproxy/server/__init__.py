@@ -6,13 +6,15 @@
 - `exchange`: one request on its way through, and what a handler may use;
 - handlers by resource: `buckets`, `listing`, `object_handlers`, `multipart`, with `headers` and
   `request_body` (the client's body, checked as S3 checks it);
-- `ops`: /metrics, /healthz and /readyz on the operations port.
+- `ops`: /metrics, /healthz and /readyz on the operations port;
+- `startup`: start-up checks (key ring, cache directory, ports) and `serve --check`;
+- `probes`: backend probes, the backend's up/down state, failing fast while it is down.
 """
 
 from __future__ import annotations
 
-from tsproxy.server.app import Proxy, create_runner, run
+from tsproxy.server.app import Proxy, check, create_runner, run
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
 
-__all__ = ["Proxy", "create_app", "create_metrics_app", "create_runner", "run"]
+__all__ = ["Proxy", "check", "create_app", "create_metrics_app", "create_runner", "run"]

@@ -1,5 +1,8 @@
 """A running tsproxy: what it holds (config, backend, key ring, cache, object service, metrics), its
-start and stop, key ring reloads, and `run`, which serves until told to stop.
+start and stop, key ring reloads, backend probes, and `run`, which serves until told to stop.
+
+Start-up mistakes (key ring, cache directory, ports) raise ConfigError with one line that names the
+setting; backend problems are logged and shown by `tsproxy_backend_up`, never fatal (see probes).
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ from typing import Any
 
 from aiohttp import web
 
-from tsproxy import errors
+from tsproxy import __version__, errors, logs
 from tsproxy.cache.chunks import ChunkCache
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.config import Config
 from tsproxy.format import KeyRing
-from tsproxy.format.keyring import InsecureKeyRing, check_private
 from tsproxy.metrics import Metrics
+from tsproxy.server import startup
 from tsproxy.server.connections import ConnectionGuard, S3Runner
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
+from tsproxy.server.probes import BackendHealth, Finding, GuardedBackend, probe
 from tsproxy.service import Namespace, ObjectService
 from tsproxy.service.catalog import CATALOG_DIR, SizeCatalog
 from tsproxy.store.base import Backend
@@ -47,8 +51,12 @@ class Proxy:
         threads = cfg.transform_threads or max(2, os.cpu_count() or 2)
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="transform")
         self.io_executor = ThreadPoolExecutor(4, thread_name_prefix="cache-io")
-        self.backend = backend or _open_backend(cfg, self.metrics)
+        # The backend as opened (probes use it) and guarded (everything else: fails fast while down).
+        self.store = backend or _open_backend(cfg, self.metrics)
+        self.health = BackendHealth(self.metrics)
+        self.backend = GuardedBackend.wrap(self.store, self.health)
         self.keyring: KeyRing | None = None
+        self.key_ring_state: str | None = None
         self.cache: ChunkCache | None = None
         self.reader: ChunkReader | None = None
         self.service: ObjectService | None = None
@@ -58,25 +66,36 @@ class Proxy:
         self.uploads_in_flight = 0
         self._ring_stamp: tuple[int, int, int] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._prober: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        """Load the key ring, open the cache and the service; ConfigError (one line) on a mistake.
+
+        The backend is probed in the background: a store that is down is logged, not fatal.
+        """
         cfg = self.cfg
+        logging.getLogger("tsproxy.access").disabled = not cfg.access_log
+        await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
         if cfg.encryption and cfg.key_ring is not None:
             self._ring_stamp = _file_stamp(cfg.key_ring)
-            self.keyring = await asyncio.to_thread(_load_keyring, cfg)
-            self.metrics.key_ring_loaded(self.keyring.ids(), self.keyring.active_id)
-        await self.backend.start()
+            ring, self.key_ring_state = await asyncio.to_thread(startup.load_keyring, cfg)
+            self.keyring = ring
+            self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
         caching = cfg.cache_settings()
         if caching.directory is not None:
             cache_key = self.keyring.derive_key("chunk cache") if (caching.encrypt and self.keyring) else None
-            self.cache = await asyncio.to_thread(
-                ChunkCache,
-                caching.directory,
-                caching.size,
-                encryption_key=cache_key,
-                executor=self.io_executor,
-                metrics=self.metrics,
-            )
+            try:
+                self.cache = await asyncio.to_thread(
+                    ChunkCache,
+                    caching.directory,
+                    caching.size,
+                    encryption_key=cache_key,
+                    executor=self.io_executor,
+                    metrics=self.metrics,
+                )
+            except Exception as e:  # sqlite3 "unable to open database file" and kin
+                raise startup.cache_error(cfg, e) from e
+        await self.store.start()
         self.reader = ChunkReader(
             self.cache,
             self.executor,
@@ -110,13 +129,15 @@ class Proxy:
             await _ensure_local_root(cfg)
         if self.keyring is not None and cfg.key_ring_check > 0:
             self._watcher = asyncio.get_running_loop().create_task(self.watch_keyring())
+        self._prober = asyncio.get_running_loop().create_task(self.watch_backend())
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
-        if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
+        for task in (self._watcher, self._prober):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.reader is not None:
             await self.reader.close()
         if self.catalog is not None:
@@ -125,7 +146,7 @@ class Proxy:
                 await asyncio.wait_for(self.catalog.close(), CATALOG_CLOSE_TIMEOUT)
             except TimeoutError:
                 log.warning("size catalog not flushed at stop: the object store did not answer in time")
-        await self.backend.close()
+        await self.store.close()
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -145,7 +166,7 @@ class Proxy:
         if only_if_changed and stamp == self._ring_stamp:
             return False
         try:
-            ring = await asyncio.to_thread(_read_keyring, self.cfg, path)
+            ring = await asyncio.to_thread(startup.read_keyring, self.cfg, path)
         except (errors.KeyRingError, OSError) as e:
             if stamp != self._ring_stamp or not only_if_changed:
                 why = {"fields": {"reason": str(e)}}
@@ -181,6 +202,37 @@ class Proxy:
             except Exception:  # never let the watcher die silently
                 log.exception("key ring check failed")
 
+    async def probe_backend(self, *, write: bool) -> list[Finding]:
+        """Probe the store (see probes.probe) and update its up/down state."""
+        namespace = Namespace(self.cfg.backend_bucket, self.cfg.backend_prefix)
+        findings = await probe(self.store, namespace, self.cfg.backend, write=write)
+        self.health.probed(findings)
+        return findings
+
+    async def watch_backend(self) -> None:
+        """Probe the store at start, then every backend_check seconds.
+
+        The probes here only read (reachable, TLS, credentials, bucket): a probe object written at every
+        start would land in a client's bucket when no backend_bucket is set, and leave versions behind
+        in a versioned bucket. `serve --check` adds the write-read-delete probe.
+        """
+        try:
+            findings = await self.probe_backend(write=False)
+            for finding in findings:
+                if not finding.ok:
+                    log.error(finding.message, extra={"fields": {"check": finding.check}})
+            if all(f.ok for f in findings):
+                log.info("object store probe passed", extra={"fields": {"backend": self.cfg.backend}})
+        except Exception:
+            log.exception("backend probe failed")
+        interval = self.cfg.backend_check
+        while interval > 0:
+            await asyncio.sleep(interval)
+            try:
+                await self.probe_backend(write=False)
+            except Exception:  # never let the prober die silently
+                log.exception("backend probe failed")
+
     @property
     def objects(self) -> ObjectService:
         assert self.service is not None, "server not started"
@@ -213,28 +265,6 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _load_keyring(cfg: Config) -> KeyRing:
-    assert cfg.key_ring is not None
-    if cfg.dev_mode and not cfg.key_ring.exists():
-        ring = KeyRing.new()
-        cfg.key_ring.parent.mkdir(parents=True, exist_ok=True)
-        ring.save(cfg.key_ring)  # mode 0600
-        log.warning("generated a development key ring", extra={"fields": {"path": str(cfg.key_ring)}})
-        return ring
-    return _read_keyring(cfg, cfg.key_ring)
-
-
-def _read_keyring(cfg: Config, path: Path) -> KeyRing:
-    """Load the ring, refusing a file others may access unless allow_insecure_key_ring says otherwise."""
-    try:
-        check_private(path)
-    except InsecureKeyRing as e:
-        if not cfg.allow_insecure_key_ring:
-            raise
-        log.warning("key ring accessible to others, accepted", extra={"fields": {"reason": str(e)}})
-    return KeyRing.load(path)
-
-
 async def _ensure_local_root(cfg: Config) -> None:
     await asyncio.to_thread(cfg.backend_path().mkdir, parents=True, exist_ok=True)
 
@@ -247,21 +277,69 @@ def create_runner(proxy: Proxy, **kwargs: Any) -> web.AppRunner:
     return S3Runner(create_app(proxy), guard, access_log=None, **kwargs)
 
 
+async def _bind(runner: web.AppRunner, cfg: Config, setting: str) -> None:
+    address: tuple[str, int] = getattr(cfg, setting)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, address[0], address[1], reuse_address=True).start()
+    except OSError as e:
+        raise startup.port_error(cfg, setting, address, e) from e
+
+
+def banner(proxy: Proxy) -> dict[str, Any]:
+    """What the start line says: where to connect, where the data goes, which key ring is in use."""
+    cfg = proxy.cfg
+    host, port = cfg.listen
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    out: dict[str, Any] = {"version": __version__, "endpoint": url, "backend": cfg.backend}
+    if cfg.backend_bucket:
+        out["backend_bucket"] = cfg.backend_bucket
+    out["encryption"] = cfg.encryption
+    if cfg.encryption:
+        out.update(key_ring=str(cfg.key_ring), key_ring_state=proxy.key_ring_state)
+    out["cache_dir"] = str(cfg.cache_dir) if cfg.cache_dir is not None else "off"
+    if cfg.metrics_listen:
+        out["metrics"] = f"http://{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}/metrics"
+    out["access_log"] = cfg.access_log
+    if cfg.dev_mode:
+        # The development defaults are public constants (README), so naming them leaks nothing.
+        cred = cfg.credentials[0]
+        out["development_defaults"] = (
+            f"export AWS_ACCESS_KEY_ID={cred.access_key} AWS_SECRET_ACCESS_KEY={cred.secret_key}; "
+            f"aws --endpoint-url {url} s3 mb s3://demo"
+        )
+    return out
+
+
+def announce(proxy: Proxy) -> None:
+    """The start line: one JSON log line on stdout (where the start banner has always gone)."""
+    record = logging.LogRecord("tsproxy.server", logging.INFO, __file__, 0, "tsproxy serving S3", None, None)
+    record.fields = banner(proxy)
+    print(logs.JsonFormatter().format(record), flush=True)
+
+
+async def check(cfg: Config) -> list[Finding]:
+    """`tsproxy serve --check`: the start-up checks and the backend probes, changing nothing."""
+    return await startup.check(cfg, _open_backend(cfg, Metrics()))
+
+
 async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT, then drain: stop accepting, let in-flight requests finish (grace)."""
+    """Serve until SIGTERM/SIGINT, then drain: stop accepting, let in-flight requests finish (grace).
+
+    A start-up mistake raises ConfigError before anything is served.
+    """
+    startup.check_ports(cfg)
     proxy = Proxy(cfg)
-    await proxy.start()
     runners = []
     try:
+        await proxy.start()
         main = create_runner(proxy, shutdown_timeout=cfg.shutdown_grace)
-        await main.setup()
-        await web.TCPSite(main, cfg.listen[0], cfg.listen[1], reuse_address=True).start()
         runners.append(main)
+        await _bind(main, cfg, "listen")
         if cfg.metrics_listen is not None:
             side = web.AppRunner(create_metrics_app(proxy), access_log=None)
-            await side.setup()
-            await web.TCPSite(side, cfg.metrics_listen[0], cfg.metrics_listen[1], reuse_address=True).start()
             runners.append(side)
+            await _bind(side, cfg, "metrics_listen")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -274,10 +352,7 @@ async def run(cfg: Config, *, ready: Callable[[], None] | None = None) -> None:
             task.add_done_callback(background.discard)
 
         loop.add_signal_handler(signal.SIGHUP, on_hup)
-        log.info(
-            "listening",
-            extra={"fields": {"listen": f"{cfg.listen[0]}:{cfg.listen[1]}", "backend": cfg.backend}},
-        )
+        announce(proxy)
         if ready is not None:
             ready()
         await stop.wait()

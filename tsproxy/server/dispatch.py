@@ -119,6 +119,7 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 host_bucket=s3.bucket if s3.host_bucket else None,
                 allow_anonymous=proxy.cfg.anonymous,
                 max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
+                region=proxy.cfg.region,
             )
             if op in _ACL_WRITES:
                 acl.check_acl_headers(request.headers, bucket=op is Operation.CREATE_BUCKET)
@@ -186,6 +187,8 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
             "duration_ms": round(elapsed * 1000, 2),
             "user_agent": request.headers.get("User-Agent", ""),
         }
+        if "Range" in request.headers:
+            fields["range"] = request.headers["Range"]
         if ex is not None:
             fields.update(access_key=ex.auth.access_key, bytes_in=ex.bytes_in, bytes_out=ex.bytes_out)
         if error_code:

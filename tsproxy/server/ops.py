@@ -1,8 +1,12 @@
-"""The operations endpoints on their own port: /metrics, /healthz, /readyz."""
+"""The operations endpoints on their own port: /metrics, /healthz, /readyz.
+
+/readyz speaks only of tsproxy itself (started, key ring loaded, cache open), never of the object
+store: in the sidecar layout a failing readiness probe makes the broker's pod NotReady, and an
+object-store outage must not take brokers out of service. The store's state is `tsproxy_backend_up`
+and the TsproxyBackendDown alert; requests that need the store fail fast with 503 and Retry-After.
+"""
 
 from __future__ import annotations
-
-import asyncio
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,11 +33,8 @@ def create_metrics_app(proxy: Served) -> web.Application:
             problems.append("starting" if not proxy.draining else "shutting down")
         if proxy.cfg.encryption and proxy.keyring is None:
             problems.append("key ring not loaded")
-        if proxy.ready:
-            try:
-                await asyncio.wait_for(proxy.backend.ping(), timeout=5)
-            except Exception as e:
-                problems.append(f"backend unreachable: {type(e).__name__}")
+        if proxy.cfg.cache_dir is not None and proxy.cache is None:
+            problems.append("chunk cache not open")
         if problems:
             return web.json_response({"status": "unready", "problems": problems}, status=503)
         return web.json_response({"status": "ready"})

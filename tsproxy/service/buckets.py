@@ -24,7 +24,8 @@ class BucketOps(ListingOps):
             self.ns.backend_bucket, prefix=self.ns.backend_prefix, delimiter="/", max_keys=MAX_LIST_KEYS
         )
         names = [p[len(self.ns.backend_prefix) :].rstrip("/") for p in page.common_prefixes]
-        return [(n, datetime.fromtimestamp(0, UTC)) for n in names if n]
+        # `<prefix>.tsproxy/` holds tsproxy's own objects (serve --check's probe), never a bucket.
+        return [(n, datetime.fromtimestamp(0, UTC)) for n in names if n and n + "/" != INTERNAL]
 
     async def create_bucket(self, bucket: str) -> None:
         if not self.ns.mapped:

@@ -2,8 +2,9 @@
 
 Errors that concern the object or bucket (NoSuchKey, PreconditionFailed, EntityTooSmall …) pass
 through as the same typed error, so the server answers its own client as the backend answered it.
-Errors that concern tsproxy's own credentials or configuration become an InternalError, because the
-client did nothing wrong. Connection failures, 5xx answers and throttling are retryable.
+Errors that concern tsproxy's own credentials, signature or clock become `BackendRefused`, a 503 that
+names the object store: the client did nothing wrong, and an AccessDenied would make it doubt its own
+keys. Connection failures, 5xx answers and throttling are retryable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ class BucketAlreadyExists(S3Error):
         "The requested bucket name is not available. "
         "The bucket namespace is shared by all users of the system."
     )
+
+
+class BackendRefused(errors.ServiceUnavailable):  # type: ignore[misc,valid-type]
+    """The object store refused tsproxy's own credentials, signature or clock (a 503 to clients)."""
+
+    def __init__(self, code: str) -> None:
+        what = "credentials" if code in CREDENTIAL_CODES else "request"
+        super().__init__(f"The object store behind tsproxy refused tsproxy's {what} ({code}).")
+        self.backend_code = code
 
 
 class BackendError(S3Error):
@@ -83,6 +93,9 @@ CONFIG_CODES = frozenset(
         "PermanentRedirect",
         "301",
     }
+)
+CREDENTIAL_CODES = frozenset(
+    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AccessDenied", "403"}
 )
 # HEAD answers carry no body, so only the status says what happened.
 BY_STATUS: dict[int, type[S3Error]] = {
@@ -146,7 +159,7 @@ def to_s3_error(
         status = _status(error)
         message = error.response.get("Error", {}).get("Message") or None
         if code in CONFIG_CODES:
-            return errors.InternalError(f"The storage backend refused tsproxy's request: {code}.")
+            return BackendRefused(code)
         cls = BY_CODE.get(code)
         if cls is None and code.isdigit():
             cls = not_found if status == 404 else BY_STATUS.get(status)
@@ -157,4 +170,6 @@ def to_s3_error(
         return BackendError(code, status, message, **fields)
     if isinstance(error, CONNECTION_ERRORS):
         return errors.ServiceUnavailable("The storage backend could not be reached.")
+    if isinstance(error, botocore.exceptions.SSLError):  # TLS mismatch or an untrusted certificate
+        return errors.ServiceUnavailable("The storage backend could not be reached over TLS.")
     return errors.InternalError(f"Unexpected storage backend failure: {type(error).__name__}.")
