@@ -55,6 +55,7 @@ class _Bucket:
     index: CatalogIndex = field(default_factory=CatalogIndex)
     pending: list[CatalogRecord] = field(default_factory=list)
     refreshed_at: float = float("-inf")
+    failing: bool = False  # the last flush failed (logged once until one succeeds)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -156,8 +157,16 @@ class SizeCatalog:
             except Exception as e:  # the backend may be down: keep the records and try again later
                 state.pending[:0] = batch
                 self.on_event("flush_error")
-                log.warning("catalog flush failed", extra={"fields": {"bucket": bucket, "error": str(e)}})
+                if not state.failing:  # once per outage, not every flush interval
+                    log.warning(
+                        "catalog flush failed; records kept until the store answers",
+                        extra={"fields": {"bucket": bucket, "error": str(e)}},
+                    )
+                state.failing = True
                 continue
+            if state.failing:
+                log.info("catalog flush recovered", extra={"fields": {"bucket": bucket}})
+            state.failing = False
             state.index.loaded.add(name)
             self.on_event("flush")
 
