@@ -46,6 +46,7 @@ def busy_port() -> Iterator[int]:
 
 def _corrupt_ring(tmp: Path) -> str:
     (tmp / "ring.json").write_text('{"tsproxy_key_ring": 1, "keys": [')
+    (tmp / "ring.json").chmod(0o600)  # private, so that what is wrong is its content
     return "ring.json"
 
 

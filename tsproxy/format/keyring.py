@@ -55,12 +55,15 @@ def check_private(path: str | os.PathLike[str]) -> None:
     its group (0640, 0440) — what a Kubernetes Secret volume with an fsGroup gives a non-root container.
     The file is stat()ed through symlinks, so a Secret volume's `..data` links are judged by the file
     they lead to. Raises InsecureKeyRing in one line naming the file and its mode; a missing file is
-    left to `KeyRing.load` to report.
+    left to `KeyRing.load` to report, and so is a path that is not a
+    regular file.
     """
     try:
         st = os.stat(path)
     except OSError:
         return
+    if not stat.S_ISREG(st.st_mode):
+        return  # not a file at all: `KeyRing.load` says so
     mode = stat.S_IMODE(st.st_mode)
     if not mode & 0o077 or (st.st_uid == 0 and not mode & 0o037):
         return
