@@ -117,7 +117,7 @@ def serve(tmp_path: Path) -> Iterator[object]:
         procs.append(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
-            if "metrics and health" in line:
+            if "tsproxy serving S3" in line:  # the JSON start line
                 return proc, port, metrics_port
         proc.wait(30)
         raise AssertionError(f"tsproxy exited {proc.returncode}: {(tmp_path / 'stderr.log').read_text()}")

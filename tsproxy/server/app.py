@@ -75,12 +75,14 @@ class Proxy:
         """
         cfg = self.cfg
         logging.getLogger("tsproxy.access").disabled = not cfg.access_log
-        await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
+        # Check everything before creating anything: a refused key ring or cache directory leaves no trace.
+        await asyncio.to_thread(startup.check_cache_dir, cfg, create=False)
         if cfg.encryption and cfg.key_ring is not None:
             self._ring_stamp = _file_stamp(cfg.key_ring)
             ring, self.key_ring_state = await asyncio.to_thread(startup.load_keyring, cfg)
             self.keyring = ring
             self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
+        await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
         caching = cfg.cache_settings()
         if caching.directory is not None:
             cache_key = self.keyring.derive_key("chunk cache") if (caching.encrypt and self.keyring) else None
