@@ -48,6 +48,10 @@ class JanitorRun:
     removed: Counter[str] = field(default_factory=Counter)
     failures: list[tuple[str, str, str]] = field(default_factory=list)  # (what, error code, message)
 
+    def count(self, kind: str, n: int) -> None:
+        if n:
+            self.removed[kind] += n
+
     def failed(self, what: str, e: BaseException) -> None:
         code = e.code if isinstance(e, errors.S3Error) else type(e).__name__
         self.failures.append((what, code, str(e)))
@@ -109,8 +113,9 @@ class Janitor:
                 run.failed(f"{ns.backend_bucket}/{ns.backend_prefix}{INTERNAL}", e)
         if self.local_root is not None:
             try:
-                run.removed["temporary"] += await asyncio.to_thread(
-                    _remove_local_temporary, self.local_root, now - self.age
+                cutoff = now - self.age
+                run.count(
+                    "temporary", await asyncio.to_thread(_remove_local_temporary, self.local_root, cutoff)
                 )
             except OSError as e:
                 run.failed(str(self.local_root), e)
@@ -177,6 +182,9 @@ class Janitor:
         if not upload.idle(now, self.age):  # touched since the sweep listed it: live after all
             return
         keys = list(upload.keys)
+        # This instance's cached state would keep the upload alive here (UploadPart, ListParts) after
+        # every other instance calls it gone.
+        self.service._uploads.pop(upload.upload_id)
         if upload.has_state:
             keys.remove(upload.state_key)
             await self._delete(backend_bucket, [upload.state_key], "upload_state", run)
@@ -207,7 +215,7 @@ class Janitor:
         for start in range(0, len(keys), MAX_DELETE_KEYS):
             batch = keys[start : start + MAX_DELETE_KEYS]
             failed = await self.backend.delete_many(backend_bucket, batch)
-            run.removed[kind] += len(batch) - len(failed)
+            run.count(kind, len(batch) - len(failed))
             run.failures += [(f"{backend_bucket}/{key}", code, msg) for key, code, msg in failed]
 
     async def _abort(
@@ -224,7 +232,7 @@ class Janitor:
             except Exception as e:
                 run.failed(f"{backend_bucket}/{u.key} upload {u.upload_id}", e)
                 continue
-            run.removed["backend_upload"] += 1
+            run.count("backend_upload", 1)
             fields = {
                 "bucket": bucket,
                 "key": u.key,
