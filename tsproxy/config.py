@@ -328,6 +328,18 @@ class Config:
             parse_duration, _at_least(0, "must not be negative (0 probes the backend only at start)")
         ),
     )
+    # how long an upload may sit untouched before the janitor removes what it left in the backend
+    leftover_age: float = field(
+        default=defaults.LEFTOVER_AGE,
+        metadata=parsed_by(
+            parse_duration, _at_least(1, "must be at least 1s (backend times are in seconds)")
+        ),
+    )
+    # seconds between janitor runs (one runs at start); 0: no janitor
+    janitor_interval: float = field(
+        default=defaults.JANITOR_INTERVAL,
+        metadata=parsed_by(parse_duration, _at_least(0, "must not be negative (0 turns the janitor off)")),
+    )
     # Set by `load` when the embedded defaults are in use (dev key ring and credentials).
     dev_mode: bool = False
     # Set by `load` when no key ring was named and the dev ring next to the data directory is used;

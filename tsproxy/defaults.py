@@ -49,6 +49,8 @@ MAX_CLOCK_SKEW = 900.0  # seconds
 HEADER_TIMEOUT = 10.0  # seconds a client has to send a request's headers, from its first byte
 BODY_IDLE_TIMEOUT = 20.0  # seconds a request body may stall before 400 RequestTimeout (as S3 does)
 MAX_CONNECTIONS = 1024  # open client connections; more are closed as they are accepted
+LEFTOVER_AGE = 24 * 3600.0  # seconds untouched before the janitor removes an upload's leftovers
+JANITOR_INTERVAL = 3600.0  # seconds between janitor runs (one runs at start); 0: no janitor
 
 # Maintenance jobs (`tsproxy jobs`).
 JOB_CONCURRENCY = 8  # objects in flight per task

@@ -41,6 +41,8 @@ BACKEND_OPERATIONS = (
     "ListBuckets",
 )
 
+JANITOR_KINDS = ("backend_upload", "upload_state", "temporary")
+
 
 class Metrics:
     """All tsproxy series on one registry (a fresh registry per server keeps tests independent)."""
@@ -220,6 +222,20 @@ class Metrics:
             ["kek_id"],
             registry=r,
         )
+        self.janitor_removed = Counter(
+            "tsproxy_janitor_removed_total",
+            "Leftovers the janitor removed, by kind (backend_upload: backend multipart uploads aborted; "
+            "upload_state: objects of abandoned client uploads and expired completion records; "
+            "temporary: probe objects).",
+            ["kind"],
+            registry=r,
+        )
+        self.janitor_runs = Counter(
+            "tsproxy_janitor_runs_total",
+            "Janitor runs by outcome (ok; error: some leftover could not be listed or removed).",
+            ["outcome"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "tsproxy_build_info",
             "Always 1; the labels say which tsproxy build is running.",
@@ -260,5 +276,8 @@ class Metrics:
             self.prefetch_chunks.labels(state)
         for outcome in ("ok", "error"):
             self.key_ring_reloads.labels(outcome)
+            self.janitor_runs.labels(outcome)
+        for kind in JANITOR_KINDS:
+            self.janitor_removed.labels(kind)
         for kind in ("header", "body"):
             self.client_timeouts.labels(kind)

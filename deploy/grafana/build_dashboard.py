@@ -157,6 +157,22 @@ ROWS: list[Row] = [
                 height=4,
             ),
             Panel(
+                "Janitor",
+                "Leftovers of crashed or abandoned uploads removed in the last hour, by kind, and janitor "
+                "runs that hit an error (see docs/OPERATIONS.md, Leftovers and the janitor).",
+                [
+                    Target(
+                        f"sum by (kind) (increase(tsproxy_janitor_removed_total{{{SEL}}}[1h]))",
+                        "removed ({{kind}})",
+                    ),
+                    Target(
+                        f'sum(increase(tsproxy_janitor_runs_total{{{SEL}, outcome="error"}}[1h]))',
+                        "failed runs",
+                    ),
+                ],
+                unit="short",
+            ),
+            Panel(
                 "Cache fill",
                 "Chunk cache bytes on disk as a share of the configured size.",
                 [

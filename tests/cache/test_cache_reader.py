@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tsproxy import errors
 from tsproxy.cache.chunks import ChunkCache, ChunkKey
-from tsproxy.cache.reader import ChunkReader
+from tsproxy.cache.reader import ChunkReader, version_id
 from tsproxy.format import KeyRing
 from tsproxy.metrics import Metrics
 
@@ -31,7 +31,7 @@ async def read_all(
 
 def chunk_key(obj: StoredObject, i: int) -> ChunkKey:
     ref = obj.manifest.index.chunk(i)
-    return ChunkKey(obj.manifest.object_id, ref.segment_no, ref.chunk_no)
+    return ChunkKey(version_id(obj.manifest), ref.segment_no, ref.chunk_no)
 
 
 async def settle(reader: ChunkReader) -> None:

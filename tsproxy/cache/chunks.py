@@ -1,9 +1,10 @@
 """The chunk cache: decoded chunks in a size-bounded LRU disk cache that survives restarts, sealed with
 AES-256-GCM when given a key (the server derives one from the key ring whenever encryption is on).
 
-Entries live in a `diskcache.Cache` directory, keyed by (object_id, segment_no, chunk_no). The object id
-is random per stored object version, so an overwritten or deleted object can never be served from an
-old entry: its replacement has another id, and the old entries age out of the LRU.
+Entries live in a `diskcache.Cache` directory, keyed by (version id, segment_no, chunk_no). The version
+id (cache.reader.version_id) names one stored version of an object: its random object id together with
+what each of its segments holds, so neither an overwritten object nor another completion of the same
+multipart upload can be served from an old entry; the old entries age out of the LRU.
 
 Every entry is self-checking. Without encryption an entry is
 
@@ -94,7 +95,7 @@ class _CacheDamaged(Exception):
 class ChunkKey(NamedTuple):
     """Names one plaintext chunk of one stored object version."""
 
-    object_id: bytes
+    object_id: bytes  # of the version: cache.reader.version_id, not the manifest's object id alone
     segment_no: int
     chunk_no: int
 

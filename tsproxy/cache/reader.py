@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -69,13 +71,37 @@ class _Read:
     stream: Stream
     # Chunks this read has scheduled or joined ahead, kept here when there is no disk cache to land in.
     pending: dict[int, asyncio.Future[bytes]] = field(default_factory=dict)
+    version: bytes = b""  # version_id(manifest)
+
+    def __post_init__(self) -> None:
+        self.version = version_id(self.manifest)
 
     @property
     def object_id(self) -> bytes:
         return self.manifest.object_id
 
     def key(self, ref: ChunkRef) -> ChunkKey:
-        return ChunkKey(self.manifest.object_id, ref.segment_no, ref.chunk_no)
+        return ChunkKey(self.version, ref.segment_no, ref.chunk_no)
+
+
+def version_id(manifest: Manifest) -> bytes:
+    """16 bytes naming one stored version's chunks, the key of everything cached from it.
+
+    The object id alone does not do: every completion of one multipart upload seals its chunks under
+    the upload's object id, and a part re-sent between two completions gives the same segment number
+    other bytes. So the id also covers what each segment holds: its salt (random per upload of a part,
+    with encryption), the MD5 of its original bytes and its stored chunk sizes and CRC32Cs, and the
+    chunk size. A rewrap or a copy keeps all of these, and so keeps the cached chunks too.
+    """
+    h = hashlib.blake2b(manifest.object_id, digest_size=16, person=b"tsproxy-chunks")
+    h.update(manifest.chunk_size.to_bytes(8, "big"))
+    for seg in manifest.segments:
+        h.update(struct.pack(">IIQ", seg.segment_no, len(seg.stored_sizes), seg.original_size))
+        h.update(seg.salt.ljust(8, b"\0"))
+        h.update(seg.md5)
+        h.update(struct.pack(f">{len(seg.stored_sizes)}Q", *seg.stored_sizes))
+        h.update(struct.pack(f">{len(seg.crc32c)}I", *seg.crc32c))
+    return h.digest()
 
 
 class ChunkReader:
@@ -393,7 +419,9 @@ class ChunkReader:
     ) -> None:
         loop = asyncio.get_running_loop()
         try:
-            plain = await loop.run_in_executor(self._executor, self._decode, rd.manifest, rd.ctx, ref, stored)
+            plain = await loop.run_in_executor(
+                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored
+            )
         except Exception as e:  # IntegrityError above all: every waiter fails, nothing is cached
             fut.set_exception(e)
             return
@@ -404,19 +432,22 @@ class ChunkReader:
         # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
         self._flights.forget(rd.key(ref), fut)
 
-    def _decode(self, manifest: Manifest, ctx: ObjectContext, ref: ChunkRef, stored: memoryview) -> bytes:
+    def _decode(
+        self, manifest: Manifest, ctx: ObjectContext, version: bytes, ref: ChunkRef, stored: memoryview
+    ) -> bytes:
         """Runs on an executor thread: verify and decode one chunk, counting the thread's CPU time."""
         started = time.thread_time()
         decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
         if decoders is None:
             decoders = self._local.decoders = OrderedDict()
-        decoder = decoders.get(manifest.object_id)
+        # Per stored version (see version_id): another version of the object id has other salts or CRCs.
+        decoder = decoders.get(version)
         if decoder is None:
-            decoder = decoders[manifest.object_id] = ChunkDecoder(manifest, ctx)
+            decoder = decoders[version] = ChunkDecoder(manifest, ctx)
             if len(decoders) > DECODERS_PER_THREAD:
                 decoders.popitem(last=False)
         else:
-            decoders.move_to_end(manifest.object_id)
+            decoders.move_to_end(version)
         try:
             return decoder.decode(ref, stored)
         finally:

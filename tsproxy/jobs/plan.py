@@ -1,35 +1,42 @@
 """Planning on the driver, pure: listed keys, how they are spread over partitions, multipart leftovers.
 
-The driver lists a bucket once; everything here works on that listing without further requests.
+The driver lists a bucket once; everything here works on that listing without further requests. What
+multipart uploads leave behind is found by service.leftovers (shared with the server's janitor) and
+re-exported here.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from itertools import accumulate
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
+from tsproxy.service.leftovers import UPLOADS, Listed, UploadLeftover, find_uploads, internal_part
 from tsproxy.service.namespace import INTERNAL
+
+__all__ = [
+    "INTERNAL",
+    "OBJECT_WEIGHT",
+    "PARTITION_WEIGHT",
+    "UPLOADS",
+    "Listed",
+    "UploadLeftover",
+    "default_weight",
+    "find_uploads",
+    "internal_part",
+    "partition_count",
+    "prefix_of",
+    "spread",
+]
 
 T = TypeVar("T")
 
-UPLOADS = INTERNAL + "mpu/"
 # A fixed per-object cost, in bytes-equivalent, so that many small objects weigh as much as their
 # requests cost and not only as much as their bytes.
 OBJECT_WEIGHT = 1 << 20
 PARTITION_WEIGHT = 2 << 30
-
-
-class Listed(NamedTuple):
-    """One object of the listing: backend key, stored size, backend ETag, last modified (epoch seconds)."""
-
-    key: str
-    size: int
-    etag: str
-    modified: float
 
 
 def default_weight(item: Listed) -> int:
@@ -74,53 +81,6 @@ def spread(items: Sequence[T], partitions: int, weight: Callable[[T], int]) -> l
         cuts.append(cut)
     cuts.append(len(items))
     return [list(items[a:b]) for a, b in itertools.pairwise(cuts)]
-
-
-def internal_part(key: str, root: str) -> str | None:
-    """The part of a backend key inside the internal prefix (`.tsproxy/...`) of a bucket root, or None."""
-    if not key.startswith(root):
-        return None
-    rest = key[len(root) :]
-    return rest[len(INTERNAL) :] if rest.startswith(INTERNAL) else None
-
-
-@dataclass(frozen=True)
-class UploadLeftover:
-    """What a tsproxy multipart upload left in the backend under `.tsproxy/mpu/<upload_id>/`."""
-
-    upload_id: str
-    prefix: str  # backend key prefix holding it
-    objects: int
-    bytes: int
-    newest: float  # last write, epoch seconds
-    has_state: bool
-    keys: tuple[str, ...]
-
-    def stale(self, now: float, stale_after: float) -> bool:
-        """No write for `stale_after` seconds (or parts without the upload's state: never completable)."""
-        return not self.has_state or now - self.newest >= stale_after
-
-
-def find_uploads(items: Iterable[Listed], root: str) -> list[UploadLeftover]:
-    """Group the internal multipart objects of one bucket root by upload id."""
-    groups: dict[str, list[Listed]] = {}
-    for item in items:
-        rest = internal_part(item.key, root)
-        if rest is None or not rest.startswith("mpu/"):
-            continue
-        upload_id, sep, _ = rest[len("mpu/") :].partition("/")
-        if upload_id and sep:
-            groups.setdefault(upload_id, []).append(item)
-    out = []
-    for upload_id, members in sorted(groups.items()):
-        out.append(
-            UploadLeftover(
-                upload_id=upload_id, prefix=f"{root}{UPLOADS}{upload_id}/", objects=len(members),
-                bytes=sum(m.size for m in members), newest=max(m.modified for m in members),
-                has_state=any(m.key.endswith("/state") for m in members), keys=tuple(m.key for m in members),
-            )
-        )  # fmt: skip
-    return out
 
 
 def prefix_of(key: str, depth: int) -> str:

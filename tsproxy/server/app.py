@@ -31,6 +31,7 @@ from tsproxy.server.ops import create_metrics_app
 from tsproxy.server.probes import BackendHealth, Finding, GuardedBackend, probe
 from tsproxy.service import Namespace, ObjectService
 from tsproxy.service.catalog import CATALOG_DIR, SizeCatalog
+from tsproxy.service.janitor import Janitor
 from tsproxy.store.base import Backend
 
 log = logging.getLogger("tsproxy.server")
@@ -67,6 +68,8 @@ class Proxy:
         self._ring_stamp: tuple[int, int, int] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._prober: asyncio.Task[None] | None = None
+        self.janitor: Janitor | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Load the key ring, open the cache and the service; ConfigError (one line) on a mistake.
@@ -132,11 +135,21 @@ class Proxy:
         if self.keyring is not None and cfg.key_ring_check > 0:
             self._watcher = asyncio.get_running_loop().create_task(self.watch_keyring())
         self._prober = asyncio.get_running_loop().create_task(self.watch_backend())
+        if cfg.janitor_interval > 0:
+            self.janitor = Janitor(
+                self.service,
+                leftover_age=cfg.leftover_age,
+                metrics=self.metrics,
+                local_root=cfg.backend_path().resolve() if cfg.local_backend else None,
+            )
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self.janitor.run_forever(cfg.janitor_interval)
+            )
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
-        for task in (self._watcher, self._prober):
+        for task in (self._watcher, self._prober, self._sweeper):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

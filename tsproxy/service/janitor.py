@@ -1,0 +1,276 @@
+"""The janitor: removes, at start and every `janitor_interval`, what crashed or abandoned work left behind.
+
+`kill -9` (or a client that walks away) leaves backend multipart uploads, the state and part data of
+client multipart uploads, probe objects and, in the embedded backend, files being written. The janitor
+finds them in every client bucket it knows (see service.leftovers for what counts as left over) and
+removes those untouched for `leftover_age`. It never touches a live upload: a client upload written to
+within that age keeps all its objects, and a backend multipart upload under a live upload's prefix, or
+at the key a live upload completes to, is left alone whatever its age.
+
+An idle upload is listed once more right before it goes, so a part that arrived since the sweep's listing
+saves it. Every removal is idempotent, so replicas sweeping the same buckets only repeat each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+
+from tsproxy import errors
+from tsproxy.metrics import Metrics
+from tsproxy.s3.limits import MAX_DELETE_KEYS, MAX_LIST_KEYS
+from tsproxy.service.buckets import BucketOps
+from tsproxy.service.leftovers import PROBES, Listed, Sweep, UploadLeftover, plan_sweep, spare_completing
+from tsproxy.service.multipart import COMPLETED_UPLOAD_TTL
+from tsproxy.service.namespace import INTERNAL, Location
+from tsproxy.service.records import UploadState
+from tsproxy.store.base import Backend, MultipartCapable, UploadInfo, multipart_of
+from tsproxy.store.localfile import TMP_PREFIX
+
+log = logging.getLogger("tsproxy.janitor")
+
+# The embedded backend's own leftovers: files being written, buckets being removed (see store.local).
+LOCAL_TEMPORARY = (TMP_PREFIX, ".deleting-")
+
+
+@dataclass
+class JanitorRun:
+    """What one run removed, by kind (metrics.JANITOR_KINDS), and what it could not."""
+
+    removed: Counter[str] = field(default_factory=Counter)
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # (what, error code, message)
+
+    def count(self, kind: str, n: int) -> None:
+        if n:
+            self.removed[kind] += n
+
+    def failed(self, what: str, e: BaseException) -> None:
+        code = e.code if isinstance(e, errors.S3Error) else type(e).__name__
+        self.failures.append((what, code, str(e)))
+
+
+class Janitor:
+    """Sweeps the leftovers of every client bucket of `service` (see the module docstring)."""
+
+    def __init__(
+        self,
+        service: BucketOps,
+        *,
+        leftover_age: float,
+        metrics: Metrics | None = None,
+        local_root: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.service = service
+        self.age = leftover_age
+        self.metrics = metrics
+        self.local_root = local_root  # the embedded backend's directory, for its temporary files
+        self.clock = clock
+
+    @property
+    def backend(self) -> Backend:
+        return self.service.backend
+
+    async def run_forever(self, interval: float) -> None:
+        """Sweep now, then every `interval` seconds, until cancelled."""
+        while True:
+            try:
+                await self.run_once()
+            except Exception:  # a bug must not end the sweeps for good
+                log.exception("janitor run failed")
+                if self.metrics is not None:
+                    self.metrics.janitor_runs.labels("error").inc()
+            await asyncio.sleep(interval)
+
+    async def run_once(self) -> JanitorRun:
+        """One sweep over every bucket; failures are logged and counted, never raised."""
+        run = JanitorRun()
+        started = time.monotonic()
+        now = self.clock()
+        try:
+            buckets = [name for name, _ in await self.service.list_buckets()]
+        except Exception as e:
+            run.failed("list of buckets", e)
+            buckets = []
+        for bucket in buckets:
+            try:
+                await self._sweep_bucket(bucket, now, run)
+            except Exception as e:  # one bucket's trouble does not keep the others dirty
+                run.failed(f"bucket {bucket}", e)
+        ns = self.service.ns
+        if ns.backend_bucket is not None:  # serve --check's probes of a mapped store
+            try:
+                await self._sweep_probes(Location(ns.backend_bucket, ns.backend_prefix), now, run)
+            except Exception as e:
+                run.failed(f"{ns.backend_bucket}/{ns.backend_prefix}{INTERNAL}", e)
+        if self.local_root is not None:
+            try:
+                cutoff = now - self.age
+                run.count(
+                    "temporary", await asyncio.to_thread(_remove_local_temporary, self.local_root, cutoff)
+                )
+            except OSError as e:
+                run.failed(str(self.local_root), e)
+        self._report(run, time.monotonic() - started)
+        return run
+
+    def _report(self, run: JanitorRun, seconds: float) -> None:
+        if self.metrics is not None:
+            for kind, n in run.removed.items():
+                self.metrics.janitor_removed.labels(kind).inc(n)
+            self.metrics.janitor_runs.labels("error" if run.failures else "ok").inc()
+        for what, code, message in run.failures[:20]:
+            fields = {"leftover": what, "error": code, "message": message}
+            log.warning("janitor could not remove a leftover", extra={"fields": fields})
+        summary = {"removed": dict(run.removed), "failures": len(run.failures), "seconds": round(seconds, 3)}
+        level = logging.INFO if run.removed or run.failures else logging.DEBUG
+        log.log(level, "janitor run", extra={"fields": summary})
+
+    # -- one bucket ----------------------------------------------------------------------------------
+
+    async def _sweep_bucket(self, bucket: str, now: float, run: JanitorRun) -> None:
+        ns, backend = self.service.ns, self.backend
+        root = ns.root(bucket)
+        internal = await _list(backend, root.bucket, root.key + INTERNAL)
+        # A backend without multipart uploads has none left over.
+        multipart = backend if isinstance(backend, MultipartCapable) else None
+        uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
+        sweep = plan_sweep(internal, root.key, uploads, now, self.age, COMPLETED_UPLOAD_TTL.total_seconds())
+        for upload in sweep.uploads:
+            await self._remove_upload(bucket, root.bucket, upload, run)
+        await self._delete(root.bucket, list(sweep.completed), "upload_state", run)
+        await self._delete(root.bucket, list(sweep.temporary), "temporary", run)
+        await self._abort(bucket, root.bucket, await self._abortable(bucket, sweep), run)
+
+    async def _abortable(self, bucket: str, sweep: Sweep) -> list[UploadInfo]:
+        """The old backend uploads minus those at the key a live client upload completes to."""
+        root = self.service.ns.root(bucket)
+        at_keys = sweep.at_client_keys(root.key)
+        if not at_keys or not sweep.live:
+            return list(sweep.backend_uploads)
+        live_keys: list[str] = []
+        for upload in sweep.live:
+            try:
+                _, data = await self.backend.get_bytes(root.bucket, upload.state_key)
+            except errors.NoSuchKey:
+                continue  # no state: nothing can complete it
+            live_keys.append(self.service.ns.object(bucket, UploadState.from_bytes(data).key).key)
+        spared = spare_completing(at_keys, live_keys)
+        return [u for u in sweep.backend_uploads if u not in at_keys or u in spared]
+
+    async def _remove_upload(
+        self, bucket: str, backend_bucket: str, seen: UploadLeftover, run: JanitorRun
+    ) -> None:
+        """Remove an idle client upload: its state first (the upload is then gone), the rest after."""
+        listed = await _list(self.backend, backend_bucket, seen.prefix)
+        if not listed:
+            return
+        upload = UploadLeftover(
+            seen.upload_id, seen.prefix, len(listed), sum(i.size for i in listed),
+            max(i.modified for i in listed), any(i.key == seen.state_key for i in listed),
+            tuple(i.key for i in listed),
+        )  # fmt: skip
+        now = self.clock()
+        if not upload.idle(now, self.age):  # touched since the sweep listed it: live after all
+            return
+        keys = list(upload.keys)
+        # This instance's cached state would keep the upload alive here (UploadPart, ListParts) after
+        # every other instance calls it gone.
+        self.service._uploads.pop(upload.upload_id)
+        if upload.has_state:
+            keys.remove(upload.state_key)
+            await self._delete(backend_bucket, [upload.state_key], "upload_state", run)
+        await self._delete(backend_bucket, keys, "upload_state", run)
+        log.info(
+            "janitor removed an abandoned multipart upload",
+            extra={
+                "fields": {
+                    "bucket": bucket,
+                    "upload_id": upload.upload_id,
+                    "objects": upload.objects,
+                    "bytes": upload.bytes,
+                    "idle_seconds": round(now - upload.newest),
+                }
+            },
+        )
+
+    async def _sweep_probes(self, home: Location, now: float, run: JanitorRun) -> None:
+        listed = await _list(self.backend, home.bucket, home.key + INTERNAL + PROBES)
+        old = [
+            i.key
+            for i in listed
+            if "/" not in i.key[len(home.key + INTERNAL) :] and now - i.modified >= self.age
+        ]
+        await self._delete(home.bucket, old, "temporary", run)
+
+    async def _delete(self, backend_bucket: str, keys: list[str], kind: str, run: JanitorRun) -> None:
+        for start in range(0, len(keys), MAX_DELETE_KEYS):
+            batch = keys[start : start + MAX_DELETE_KEYS]
+            failed = await self.backend.delete_many(backend_bucket, batch)
+            run.count(kind, len(batch) - len(failed))
+            run.failures += [(f"{backend_bucket}/{key}", code, msg) for key, code, msg in failed]
+
+    async def _abort(
+        self, bucket: str, backend_bucket: str, uploads: list[UploadInfo], run: JanitorRun
+    ) -> None:
+        if not uploads:
+            return
+        backend = multipart_of(self.backend)
+        for u in uploads:
+            try:
+                await backend.abort_multipart(backend_bucket, u.key, u.upload_id)
+            except errors.NoSuchUpload:
+                continue  # completed or aborted meanwhile
+            except Exception as e:
+                run.failed(f"{backend_bucket}/{u.key} upload {u.upload_id}", e)
+                continue
+            run.count("backend_upload", 1)
+            fields = {
+                "bucket": bucket,
+                "key": u.key,
+                "upload_id": u.upload_id,
+                "initiated": u.initiated.astimezone(UTC).isoformat(),
+            }
+            log.info("janitor aborted a backend multipart upload", extra={"fields": fields})
+
+
+async def _list(backend: Backend, bucket: str, prefix: str) -> list[Listed]:
+    out: list[Listed] = []
+    token: str | None = None
+    while True:
+        page = await backend.list(bucket, prefix=prefix, token=token, max_keys=MAX_LIST_KEYS)
+        out += [Listed(o.key, o.size, o.etag, o.last_modified.timestamp()) for o in page.objects]
+        if not page.is_truncated or not page.next_token:
+            return out
+        token = page.next_token
+
+
+def _remove_local_temporary(root: Path, cutoff: float) -> int:
+    """Remove the embedded backend's temporary files and directories last written before `cutoff`."""
+    removed = 0
+    for directory, dirs, files in os.walk(root):
+        for name in [d for d in dirs if d.startswith(LOCAL_TEMPORARY)]:
+            path = Path(directory, name)
+            if not path.is_symlink() and path.stat().st_mtime < cutoff:
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+            dirs.remove(name)
+        for name in files:
+            if not name.startswith(LOCAL_TEMPORARY):
+                continue
+            path = Path(directory, name)
+            try:
+                if path.lstat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue  # renamed into place or removed meanwhile
+    return removed
