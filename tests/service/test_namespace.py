@@ -64,32 +64,44 @@ def test_internal_state_and_unreachable_names_have_no_client_key() -> None:
 
 
 @given(
-    st.lists(keys, min_size=1, max_size=40, unique=True), st.integers(1, 7), st.sampled_from(["", "a", "/"])
+    st.lists(keys, min_size=1, max_size=40, unique=True),
+    st.integers(1, 7),
+    st.sampled_from(["", "a", "/"]),
+    st.booleans(),
 )
-def test_merged_paging_lists_every_key_once_in_order(
-    all_keys: list[str], page_size: int, prefix: str
+def test_merged_paging_lists_every_key_once(
+    all_keys: list[str], page_size: int, prefix: str, backend_sorts: bool
 ) -> None:
-    """Plain keys come from a sorted backend range, escaped ones from elsewhere; pages merge them."""
-    wanted = sorted((k for k in all_keys if k.startswith(prefix)), key=paging.order)
-    plain_all = sorted((k for k in wanted if stored_as_is(k)), key=paging.order)
-    escaped_all = [k for k in wanted if not stored_as_is(k)]
+    """Plain keys come from the backend's range (in its own order, by its tokens), escaped ones from
+    elsewhere; merged pages list every key exactly once and end, whatever order the backend keeps."""
+    wanted = [k for k in all_keys if k.startswith(prefix)]
+    plain_all = [k for k in wanted if stored_as_is(k)]
+    if backend_sorts:
+        plain_all.sort(key=paging.order)
+    escaped_all = sorted((k for k in wanted if not stored_as_is(k)), key=paging.order)
     seen: list[str] = []
     token: str | None = None
-    for _ in range(200):
+    for _ in range(500):
         cursor = paging.parse_token(token)
+        plain = None
+        if not cursor.plain_done:
+            start = int(cursor.backend_token or 0)
+            chunk = plain_all[start : start + page_size]
+            truncated = start + page_size < len(plain_all)
+            horizon = max(chunk, key=paging.order) if truncated and chunk else None
+            next_token = str(start + page_size) if truncated else None
+            plain = paging.Page([(k, k) for k in chunk], [], truncated, horizon, next_token)
         after = cursor.after
-        rest = [k for k in plain_all if after is None or paging.sorts_after(k, after)]
-        plain = paging.Page([(k, k) for k in rest[:page_size]], [], len(rest) > page_size, None)
-        plain = paging.Page(
-            plain.objects, [], plain.truncated, rest[page_size - 1] if plain.truncated else None
-        )
-        escaped = sorted(
-            ((k, k) for k in escaped_all if after is None or paging.sorts_after(k, after)),
-            key=lambda kv: paging.order(kv[0]),
-        )
-        merged = paging.merge(plain, escaped, prefix, None, page_size)
+        escaped = [(k, k) for k in escaped_all if after is None or paging.sorts_after(k, after)]
+        merged = paging.merge(plain, escaped, prefix, None, page_size, after)
+        assert len(merged.objects) <= page_size
+        page_keys = [k for k, _ in merged.objects]
+        assert page_keys == sorted(page_keys, key=paging.order)
         seen += [k for k, _ in merged.objects]
         if not merged.truncated:
             break
         token = merged.token
-    assert seen == wanted
+    else:
+        raise AssertionError("the listing never ended")
+    assert sorted(seen, key=paging.order) == sorted(wanted, key=paging.order)
+    assert len(seen) == len(set(seen))

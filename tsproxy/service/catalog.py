@@ -34,7 +34,7 @@ from tsproxy.format.catalog import (
     encode_catalog,
     tombstone,
 )
-from tsproxy.store.base import Backend
+from tsproxy.store.base import Backend, list_everything
 
 log = logging.getLogger("tsproxy.catalog")
 
@@ -220,14 +220,7 @@ class SizeCatalog:
         return self._bucket(bucket).index
 
     async def _list_names(self, backend_bucket: str, prefix: str) -> list[str]:
-        names: list[str] = []
-        token = None
-        while True:
-            page = await self.backend.list(backend_bucket, prefix=prefix, token=token)
-            names.extend(o.key[len(prefix) :] for o in page.objects)
-            if not page.is_truncated:
-                return names
-            token = page.next_token
+        return [o.key[len(prefix) :] for o in await list_everything(self.backend, backend_bucket, prefix)]
 
     async def _compact(self, bucket: str, state: _Bucket, merged: list[str]) -> None:
         since = int(self.clock() * 1000) - TOMBSTONE_KEEP_MS

@@ -19,7 +19,7 @@ from tsproxy.service.records import (
     ListedObject,
     ListedPage,
 )
-from tsproxy.store.base import ListPage, ObjectInfo
+from tsproxy.store.base import ListPage, ObjectInfo, list_everything
 
 log = logging.getLogger("tsproxy.service")
 
@@ -50,16 +50,19 @@ class ListingOps(ReadOps):
         root = self.ns.root(bucket)
         cursor = paging.parse_token(token)
         after = paging.later(start_after, cursor.after)
+        list_plain = not cursor.plain_done
         # The page, the escaped keys and the catalog are fetched at once: one round trip, not three.
         page, escaped, index = await asyncio.gather(
             self.backend.list(
                 root.bucket,
                 prefix=root.key + prefix,
                 delimiter=delimiter,
-                start_after=root.key + after if after else None,
+                start_after=root.key + start_after if start_after and not cursor.backend_token else None,
                 token=cursor.backend_token,
                 max_keys=max_keys,
-            ),
+            )
+            if list_plain
+            else _no_page(),
             self._escaped(bucket, prefix, after) if cursor.merged is not False else _nothing(),
             self._catalog_index(bucket),
         )
@@ -70,12 +73,15 @@ class ListingOps(ReadOps):
             [p[len(root.key) :] for p in page.common_prefixes if stored_as_is(p[len(root.key) :])],
             page.is_truncated,
             _horizon(page, len(root.key)),
+            page.next_token,
         )
-        if not escaped and cursor.merged is not True:
+        if (not escaped and cursor.merged is None) or cursor.merged is False:
             chosen, prefixes = plain.objects, plain.prefixes
             truncated, next_token = page.is_truncated, paging.plain_token(page.next_token)
         else:
-            merged = paging.merge(plain, escaped, prefix, delimiter, max_keys)
+            merged = paging.merge(
+                plain if list_plain else None, escaped, prefix, delimiter, max_keys, cursor.after
+            )
             chosen, prefixes, truncated, next_token = (
                 merged.objects,
                 merged.prefixes,
@@ -89,18 +95,12 @@ class ListingOps(ReadOps):
         """Escaped objects whose client key starts with `prefix` and sorts after `after`, by client key."""
         home = self.ns.root(bucket)
         found: list[tuple[str, ObjectInfo]] = []
-        next_token = None
-        while True:
-            page = await self.backend.list(home.bucket, prefix=home.key + ESCAPED, token=next_token)
-            for o in page.objects:
-                key = self.ns.client_key(bucket, o.key)
-                if key is None or not key.startswith(prefix):
-                    continue
-                if after is None or paging.sorts_after(key, after):
-                    found.append((key, o))
-            if not page.is_truncated:
-                break
-            next_token = page.next_token
+        for o in await list_everything(self.backend, home.bucket, home.key + ESCAPED):
+            key = self.ns.client_key(bucket, o.key)
+            if key is None or not key.startswith(prefix):
+                continue
+            if after is None or paging.sorts_after(key, after):
+                found.append((key, o))
         found.sort(key=lambda item: paging.order(item[0]))
         return found
 
@@ -170,6 +170,10 @@ class ListingOps(ReadOps):
 
 async def _nothing() -> list[tuple[str, ObjectInfo]]:
     return []
+
+
+async def _no_page() -> ListPage:
+    return ListPage([], [], False, None)
 
 
 def _horizon(page: ListPage, root_len: int) -> str | None:

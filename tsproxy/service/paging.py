@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -44,11 +45,17 @@ def later(a: str | None, b: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Cursor:
-    """Where a listing goes on: a backend token, a client key to go on after, and which kind it is."""
+    """Where a listing goes on.
+
+    `backend_token` continues the plain range in the backend's own order (its continuation token);
+    `after` is the last escaped key (or rolled-up prefix) already answered; `plain_done` says the plain
+    range has been listed to its end; `merged` is None on a first page, which looks for escaped keys.
+    """
 
     backend_token: str | None = None
     after: str | None = None
-    merged: bool | None = None  # None: a first page, which looks for escaped keys
+    merged: bool | None = None
+    plain_done: bool = False
 
 
 def parse_token(token: str | None) -> Cursor:
@@ -60,9 +67,11 @@ def parse_token(token: str | None) -> Cursor:
         return Cursor(backend_token=body, merged=False)
     if kind == "m" and body:
         try:
-            after = base64.urlsafe_b64decode(body.encode("ascii") + b"=" * (-len(body) % 4))
-            return Cursor(after=after.decode("utf-8", "surrogatepass"), merged=True)
-        except (binascii.Error, UnicodeError, ValueError):
+            raw = base64.urlsafe_b64decode(body.encode("ascii") + b"=" * (-len(body) % 4))
+            backend_token, after, plain_done = json.loads(raw.decode("utf-8", "surrogatepass"))
+            if isinstance(backend_token, str | None) and isinstance(after, str | None):
+                return Cursor(backend_token or None, after, True, bool(plain_done))
+        except (binascii.Error, UnicodeError, ValueError, TypeError):
             pass
     raise errors.InvalidArgument(
         "The continuation token provided is incorrect", ArgumentName="continuation-token"
@@ -73,23 +82,24 @@ def plain_token(backend_token: str | None) -> str | None:
     return f"p{backend_token}" if backend_token else None
 
 
-def merged_token(after: str) -> str:
-    encoded = base64.urlsafe_b64encode(after.encode("utf-8", "surrogatepass")).rstrip(b"=")
-    return "m" + encoded.decode("ascii")
+def merged_token(backend_token: str | None, after: str | None, plain_done: bool) -> str:
+    raw = json.dumps([backend_token, after, plain_done]).encode("utf-8", "surrogatepass")
+    return "m" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page of entries (client key, item) and common prefixes, in client order.
+    """One backend page of the plain range: entries (client key, item) and common prefixes.
 
-    `horizon` is the last name the backend page reached when it is truncated: nothing past it is known
-    to be complete yet.
+    `horizon` is the last name the page reached when it is truncated (None when it is the range's end);
+    `next_token` continues it.
     """
 
     objects: list[tuple[str, T]]
     prefixes: list[str]
     truncated: bool
     horizon: str | None = None
+    next_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,36 +111,58 @@ class Merged(Generic[T]):
 
 
 def merge(
-    plain: Page[T], escaped: list[tuple[str, T]], prefix: str, delimiter: str | None, max_keys: int
+    plain: Page[T] | None,
+    escaped: list[tuple[str, T]],
+    prefix: str,
+    delimiter: str | None,
+    max_keys: int,
+    after: str | None = None,
 ) -> Merged[T]:
-    """Merge a plain page with escaped entries (client key order, already past the cursor).
+    """One merged page: every plain entry of the backend page, and the escaped entries (client order,
+    already past the cursor) that sort up to the plain page's horizon, as room allows.
 
-    Escaped entries are rolled up under `delimiter` as S3 would; entries past the plain page's horizon
-    wait for the next page, so the two ranges interleave correctly.
+    `plain` is None once the plain range is done. The plain range always advances by the backend's own
+    token, so a listing ends whatever order the backend lists in; within a page entries are in S3's order,
+    and across pages too where the backend lists in S3's order.
     """
     items: dict[str, tuple[str, T] | None] = {}  # client key or prefix -> entry (None for a prefix)
-    for key, item in plain.objects:
-        items[key] = (key, item)
-    for p in plain.prefixes:
-        items[p] = None
+    if plain is not None:
+        for key, item in plain.objects:
+            items[key] = (key, item)
+        for p in plain.prefixes:
+            items[p] = None
+    room = max_keys - len(items)
+    horizon = plain.horizon if plain is not None and plain.truncated else None
+    taken = 0
+    last_escaped: str | None = None
     for key, item in escaped:
+        if room <= 0 or (horizon is not None and sorts_after(key, horizon)):
+            break
         cut = key.find(delimiter, len(prefix)) if delimiter else -1
         if cut >= 0:
-            items.setdefault(key[: cut + len(delimiter or "")], None)
+            name = key[: cut + len(delimiter or "")]
+            if last_escaped is not None and last_escaped == name + PAST_PREFIX:
+                taken += 1
+                continue  # rolled up already
+            if name not in items:
+                items[name] = None
+                room -= 1
+            last_escaped = name + PAST_PREFIX
         else:
             items[key] = (key, item)
+            room -= 1
+            last_escaped = key
+        taken += 1
+    cursor = last_escaped if last_escaped is not None else after
+    rest_escaped = [k for k, _ in escaped[taken:] if cursor is None or sorts_after(k, cursor)]
+    plain_more = plain is not None and plain.truncated
     names = sorted(items, key=order)
-    if plain.truncated and plain.horizon is not None:
-        names = [n for n in names if not sorts_after(n, plain.horizon)]
-    more = plain.truncated or len(names) > max_keys
-    names = names[:max_keys]
     objects = [entry for n in names if (entry := items[n]) is not None]
     prefixes = [n for n in names if items[n] is None]
+    more = plain_more or bool(rest_escaped)
     token = None
     if more:
-        if names:
-            last = names[-1]
-            token = merged_token(last + PAST_PREFIX if items[last] is None else last)
-        elif plain.horizon is not None:
-            token = merged_token(plain.horizon)
-    return Merged(objects, prefixes, more and token is not None, token)
+        token = merged_token(
+            plain.next_token if plain_more and plain is not None else None, cursor, not plain_more
+        )
+    return Merged(objects, prefixes, more, token)

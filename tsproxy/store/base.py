@@ -379,3 +379,22 @@ async def iterate_body(body: Body) -> AsyncIterator[bytes]:
     async for piece in body:
         if piece:
             yield bytes(piece) if not isinstance(piece, bytes) else piece
+
+
+async def list_everything(backend: Backend, bucket: str, prefix: str) -> list[ObjectInfo]:
+    """Every object under `prefix`, page after page.
+
+    Each page starts after the last key already seen rather than at the backend's continuation token:
+    a store whose tokens do not advance (SeaweedFS, on some prefixes) cannot make this loop forever, and
+    a page that brings nothing new ends the listing.
+    """
+    found: list[ObjectInfo] = []
+    after: str | None = None
+    while True:
+        page = await backend.list(bucket, prefix=prefix, start_after=after)
+        bound = after.encode("utf-8", "surrogatepass") if after is not None else None
+        fresh = [o for o in page.objects if bound is None or o.key.encode("utf-8", "surrogatepass") > bound]
+        found += fresh
+        if not page.is_truncated or not fresh:
+            return found
+        after = fresh[-1].key
