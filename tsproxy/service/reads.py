@@ -8,7 +8,7 @@ from urllib.parse import unquote
 from tsproxy import errors
 from tsproxy.format import decode_tail
 from tsproxy.format.manifest import META_FORMAT
-from tsproxy.format.tail import find_tail, first_read, metadata_guess
+from tsproxy.format.tail import TAIL_GUESS, find_tail, first_read, metadata_guess
 from tsproxy.service.core import (
     ServiceCore,
 )
@@ -23,10 +23,17 @@ from tsproxy.store.base import ObjectInfo
 class ReadOps(ServiceCore):
     """Resolve and read objects."""
 
+    tail_guess = TAIL_GUESS  # bytes of an object's end read to resolve it (its tail, usually whole)
+
     # -- reading ---------------------------------------------------------------------------------
 
     async def resolve(self, bucket: str, key: str) -> StoredObject:
-        """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent."""
+        """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent.
+
+        One backend request in the usual case: a suffix GET of `tail_guess` bytes answers with the
+        object's size (its Content-Range), ETag and metadata, and holds the tail of any ordinary
+        tsproxy object; only a longer tail takes one more GET, pinned to that ETag.
+        """
         cached = self._objects.get((bucket, key))
         if cached is not None:
             if self.metrics is not None:
@@ -37,15 +44,16 @@ class ReadOps(ServiceCore):
         loc = self.ns.object(bucket, key)
         for attempt in range(3):
             try:
-                info = await self.backend.head(loc.bucket, loc.key)
-            except errors.NoSuchKey:
-                # A HEAD's 404 has no body to tell a missing key from a missing bucket: ask.
+                info, end = await self._suffix(loc)
+            except (errors.NoSuchKey, errors.NoSuchBucket):
+                # Under a mapped namespace the backend's bucket is not the client's: ask about the
+                # client's (and a HEAD's 404 has no body to tell a missing key from a missing bucket).
                 await self.head_bucket(bucket)
                 raise errors.NoSuchKey(Key=key) from None
             try:
-                obj = await self._load(loc, info)
+                obj = await self._load(loc, info, end)
             except errors.PreconditionFailed:
-                # Overwritten between our HEAD and the read of its tail: look again.
+                # Overwritten between our first read and the next: look again.
                 if attempt == 2:
                     raise errors.ServiceUnavailable("The object keeps changing; try again.") from None
                 continue
@@ -54,7 +62,18 @@ class ReadOps(ServiceCore):
             return obj
         raise AssertionError("unreachable")
 
-    async def _load(self, loc: Location, info: ObjectInfo) -> StoredObject:
+    async def _suffix(self, loc: Location) -> tuple[ObjectInfo, bytes | None]:
+        """The object's info and its last `tail_guess` bytes (all of it when smaller), in one GET.
+
+        An empty object has no suffix to serve (stores answer InvalidRange): HEAD it instead.
+        """
+        try:
+            return await self.backend.get_bytes(loc.bucket, loc.key, -first_read(self.tail_guess), None)
+        except errors.InvalidRange:
+            return await self.backend.head(loc.bucket, loc.key), None
+
+    async def _load(self, loc: Location, info: ObjectInfo, end: bytes | None = None) -> StoredObject:
+        """The object `info` describes; `end`, when given, is a suffix of it read with `info`."""
         meta = dict(info.metadata)
         if META_FORMAT not in meta:
             user = {k: unquote(v) for k, v in meta.items()}
@@ -69,9 +88,10 @@ class ReadOps(ServiceCore):
                 info.etag,
                 backend_metadata=meta,
             )
-        # One GET when the metadata names the tail's length; else the trailer, then the tail it names.
-        want = first_read(metadata_guess(meta, info.size))
-        _, end = await self.backend.get_bytes(loc.bucket, loc.key, -want, None, if_match=info.etag)
+        if end is None:
+            # One GET when the metadata names the tail's length; else the trailer, then the tail it names.
+            want = first_read(metadata_guess(meta, info.size))
+            _, end = await self.backend.get_bytes(loc.bucket, loc.key, -want, None, if_match=info.etag)
         search = find_tail(end, info.size)
         if search.read_next:
             _, end = await self.backend.get_bytes(
