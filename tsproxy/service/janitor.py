@@ -26,9 +26,16 @@ from pathlib import Path
 
 from tsproxy import errors
 from tsproxy.metrics import Metrics
-from tsproxy.s3.limits import MAX_DELETE_KEYS, MAX_LIST_KEYS
+from tsproxy.s3.limits import MAX_DELETE_KEYS
 from tsproxy.service.buckets import BucketOps
-from tsproxy.service.leftovers import PROBES, Listed, Sweep, UploadLeftover, plan_sweep, spare_completing
+from tsproxy.service.leftovers import (
+    PROBES,
+    Sweep,
+    UploadLeftover,
+    list_keys,
+    plan_sweep,
+    spare_completing,
+)
 from tsproxy.service.multipart import COMPLETED_UPLOAD_TTL
 from tsproxy.service.namespace import INTERNAL, Location
 from tsproxy.service.records import UploadState
@@ -139,7 +146,7 @@ class Janitor:
     async def _sweep_bucket(self, bucket: str, now: float, run: JanitorRun) -> None:
         ns, backend = self.service.ns, self.backend
         root = ns.root(bucket)
-        internal = await _list(backend, root.bucket, root.key + INTERNAL)
+        internal = await list_keys(backend, root.bucket, root.key + INTERNAL)
         # A backend without multipart uploads has none left over.
         multipart = backend if isinstance(backend, MultipartCapable) else None
         uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
@@ -170,7 +177,7 @@ class Janitor:
         self, bucket: str, backend_bucket: str, seen: UploadLeftover, run: JanitorRun
     ) -> None:
         """Remove an idle client upload: its state first (the upload is then gone), the rest after."""
-        listed = await _list(self.backend, backend_bucket, seen.prefix)
+        listed = await list_keys(self.backend, backend_bucket, seen.prefix)
         if not listed:
             return
         upload = UploadLeftover(
@@ -203,7 +210,7 @@ class Janitor:
         )
 
     async def _sweep_probes(self, home: Location, now: float, run: JanitorRun) -> None:
-        listed = await _list(self.backend, home.bucket, home.key + INTERNAL + PROBES)
+        listed = await list_keys(self.backend, home.bucket, home.key + INTERNAL + PROBES)
         old = [
             i.key
             for i in listed
@@ -240,17 +247,6 @@ class Janitor:
                 "initiated": u.initiated.astimezone(UTC).isoformat(),
             }
             log.info("janitor aborted a backend multipart upload", extra={"fields": fields})
-
-
-async def _list(backend: Backend, bucket: str, prefix: str) -> list[Listed]:
-    out: list[Listed] = []
-    token: str | None = None
-    while True:
-        page = await backend.list(bucket, prefix=prefix, token=token, max_keys=MAX_LIST_KEYS)
-        out += [Listed(o.key, o.size, o.etag, o.last_modified.timestamp()) for o in page.objects]
-        if not page.is_truncated or not page.next_token:
-            return out
-        token = page.next_token
 
 
 def _remove_local_temporary(root: Path, cutoff: float) -> int:
