@@ -26,7 +26,7 @@ import importlib.machinery
 import os
 import sys
 
-BLOCKED = tuple(os.environ["TSPROXY_TEST_BLOCK"].split(","))
+BLOCKED = tuple(os.environ["TEST_IMPORT_BLOCK"].split(","))
 
 
 class NotInstalled(importlib.machinery.PathFinder):
@@ -56,7 +56,7 @@ def tsproxy_cli(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(site), str(TREE)]),
-        "TSPROXY_TEST_BLOCK": block,
+        "TEST_IMPORT_BLOCK": block,
         "PYSPARK_PYTHON": sys.executable,
     }
     code = "import sys; from tsproxy.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -74,7 +74,7 @@ def test_the_blocker_blocks(tmp_path: Path) -> None:
     done = tsproxy_cli(tmp_path, "pyarrow", "serve", "--help")
     assert done.returncode == 0
     site = tmp_path / "blocker"
-    env = {**os.environ, "PYTHONPATH": str(site), "TSPROXY_TEST_BLOCK": "pyarrow"}
+    env = {**os.environ, "PYTHONPATH": str(site), "TEST_IMPORT_BLOCK": "pyarrow"}
     probe = subprocess.run([sys.executable, "-c", "import pyarrow"], env=env, capture_output=True, text=True)
     assert probe.returncode == 1 and "No module named 'pyarrow'" in probe.stderr
 
@@ -115,7 +115,7 @@ def test_the_library_names_the_extra_too(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(site), str(TREE)]),
-        "TSPROXY_TEST_BLOCK": "pyarrow",
+        "TEST_IMPORT_BLOCK": "pyarrow",
     }
     done = subprocess.run(
         [sys.executable, "-c", "from tsproxy.jobs import verify"], env=env, capture_output=True, text=True
