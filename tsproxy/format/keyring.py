@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
+from tsproxy.durable import fsync_dir
 from tsproxy.errors import ConfigError, IntegrityError, KeyNotFound, KeyRingError
 
 AES_KW = "aes-256-kw"
@@ -222,7 +223,7 @@ class KeyRing:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent, best_effort=True)
 
     @classmethod
     def new(cls, kind: str = AES_KW, key_id: str | None = None) -> KeyRing:
@@ -295,17 +296,3 @@ class KeyRing:
 
 def _new_id() -> str:
     return f"kek-{dt.datetime.now(dt.UTC):%Y%m%d}-{secrets.token_hex(3)}"
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable; not every platform or filesystem allows opening a directory.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tsproxy import errors
-from tsproxy.store.localfile import fsync_dir
+from tsproxy.durable import fsync_dir
 
 from .bucket import Bucket
 from .options import OptionError, StoreOptions

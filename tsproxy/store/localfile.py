@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tsproxy import errors
+from tsproxy.durable import fsync_dir
 from tsproxy.store.base import MIB, ObjectInfo
 
 MAGIC = b"TSPLOBJ1"
@@ -55,27 +56,6 @@ def info_of(trailer: Mapping[str, Any], *, with_metadata: bool = True) -> Object
         metadata=dict(trailer.get("metadata") or {}) if with_metadata else {},
         content_type=trailer.get("content_type"),
     )
-
-
-def fsync_dir(path: str | os.PathLike[str], *, best_effort: bool = False) -> None:
-    """Make the renames and creations in a directory durable (blocking).
-
-    With `best_effort`, a platform or filesystem that cannot open or sync a directory is not an error:
-    for files whose loss on a crash is an inconvenience, not lost data.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        if best_effort:
-            return
-        raise
-    try:
-        os.fsync(fd)
-    except OSError:
-        if not best_effort:
-            raise
-    finally:
-        os.close(fd)
 
 
 class Spool:
