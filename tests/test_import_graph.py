@@ -121,7 +121,7 @@ def test_no_import_cycles() -> None:
     assert unexpected == [], f"import cycles among tsproxy modules: {unexpected}"
 
 
-@pytest.mark.xfail(strict=True, reason="known cycle, removed on another branch")
+@pytest.mark.xfail(strict=True, reason="a known cycle: delete its entry once it is gone")
 @pytest.mark.parametrize("cycle", sorted(sorted(c) for c in KNOWN_CYCLES))
 def test_known_cycle_is_gone(cycle: list[str]) -> None:
     assert frozenset(cycle) not in CYCLES
@@ -140,7 +140,7 @@ def test_no_module_exceeds_the_size_limit_without_saying_why() -> None:
     assert offenders == [], f"over {MAX_LINES} lines with no 'Size:' line in the docstring: {offenders}"
 
 
-@pytest.mark.xfail(strict=True, reason="known large module, split on another branch")
+@pytest.mark.xfail(strict=True, reason="a known large module: delete its entry once it is split")
 @pytest.mark.parametrize("module", sorted(KNOWN_LARGE))
 def test_known_large_module_is_split(module: str) -> None:
     assert not _too_long(module)
