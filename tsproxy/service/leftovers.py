@@ -22,9 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service.namespace import INTERNAL
-from tsproxy.store.base import Backend, UploadInfo
+from tsproxy.store.base import Backend, UploadInfo, list_everything
 
 UPLOADS = INTERNAL + "mpu/"
 COMPLETED = "mpu-done/"  # below INTERNAL
@@ -150,15 +149,9 @@ def spare_completing(candidates: Sequence[UploadInfo], live_keys: Iterable[str])
     return [u for u in candidates if u.key not in keys]
 
 
-async def list_keys(
-    backend: Backend, bucket: str, prefix: str = "", *, page_size: int = MAX_LIST_KEYS
-) -> list[Listed]:
+async def list_keys(backend: Backend, bucket: str, prefix: str = "") -> list[Listed]:
     """Every object under `prefix`, in the backend's listing order, as the planning here takes them."""
-    out: list[Listed] = []
-    token: str | None = None
-    while True:
-        page = await backend.list(bucket, prefix=prefix, token=token, max_keys=page_size)
-        out += [Listed(o.key, o.size, o.etag, o.last_modified.timestamp()) for o in page.objects]
-        if not page.is_truncated or not page.next_token:
-            return out
-        token = page.next_token
+    return [
+        Listed(o.key, o.size, o.etag, o.last_modified.timestamp())
+        for o in await list_everything(backend, bucket, prefix)
+    ]

@@ -382,19 +382,17 @@ async def iterate_body(body: Body) -> AsyncIterator[bytes]:
 
 
 async def list_everything(backend: Backend, bucket: str, prefix: str) -> list[ObjectInfo]:
-    """Every object under `prefix`, page after page.
+    """Every object under `prefix`, page after page, in the backend's own order.
 
-    Each page starts after the last key already seen rather than at the backend's continuation token:
-    a store whose tokens do not advance (SeaweedFS, on some prefixes) cannot make this loop forever, and
-    a page that brings nothing new ends the listing.
+    Pages follow the backend's continuation tokens, which hold whatever order the backend lists in
+    (SeaweedFS lists by path components, not bytes); a backend whose token does not advance is refused
+    by the backend itself (see S3Backend.list), so this cannot loop forever.
     """
     found: list[ObjectInfo] = []
-    after: str | None = None
+    token: str | None = None
     while True:
-        page = await backend.list(bucket, prefix=prefix, start_after=after)
-        bound = after.encode("utf-8", "surrogatepass") if after is not None else None
-        fresh = [o for o in page.objects if bound is None or o.key.encode("utf-8", "surrogatepass") > bound]
-        found += fresh
-        if not page.is_truncated or not fresh:
+        page = await backend.list(bucket, prefix=prefix, token=token)
+        found += page.objects
+        if not page.is_truncated or not page.next_token:
             return found
-        after = fresh[-1].key
+        token = page.next_token
