@@ -93,6 +93,10 @@ def test_a_scope_in_another_region_is_refused_in_the_header(eu: Serving) -> None
     assert eu.client().list_objects_v2(Bucket="regional").get("KeyCount") == 0  # nothing was written
     # SDKs read <Region> and sign again for it, as they do against S3: boto3 gets there on its own.
     eu.client(region="us-east-1").put_object(Bucket="regional", Key="k", Body=b"x")
+    deadline = time.monotonic() + 30  # the line follows the response: wait for it, do not race it
+    while [x["status"] for x in eu.access_lines() if x["operation"] == "PutObject"][-1:] != [200]:
+        assert time.monotonic() < deadline, "no access line for the signed-again PUT"
+        time.sleep(0.05)
     statuses = [x["status"] for x in eu.access_lines() if x["operation"] == "PutObject"]
     assert statuses[-2:] == [400, 200]
 

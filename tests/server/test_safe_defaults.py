@@ -195,6 +195,21 @@ def _presigned(proxy: RunningProxy, signature_version: str) -> str:
     return str(client.generate_presigned_url("get_object", Params={"Bucket": "logs", "Key": "k"}))
 
 
+def _logged_gets(access_log: io.StringIO, path: str, want: int) -> list[dict[str, object]]:
+    """The access log's GET lines for path, once there are `want` of them (or after 10 s).
+
+    The line is written when the handler returns, which can be just after the client has read the
+    whole body: the test waits for the log rather than race it.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(line) for line in access_log.getvalue().splitlines()]
+        gets = [r for r in lines if r["method"] == "GET" and r["path"] == path]
+        if len(gets) >= want or time.monotonic() > deadline:
+            return gets
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize(
     ("signature_version", "param", "respelled"),
     [("s3v4", "X-Amz-Signature", "X-Amz-Signatur%65"), ("s3", "Signature", "Signatur%65")],
@@ -211,8 +226,7 @@ def test_presigned_signature_never_reaches_the_access_log(
         response = http.request("GET", target)
         assert response.status == 200, response.data  # S3 decodes the name: this is a signed request
         assert response.data == b"body"
-    lines = [json.loads(line) for line in access_log.getvalue().splitlines()]
-    gets = [r for r in lines if r["method"] == "GET" and r["path"] == "/logs/k"]
+    gets = _logged_gets(access_log, "/logs/k", want=2)
     assert len(gets) == 2
     text = access_log.getvalue()
     assert signature not in text and signature.lower() not in text.lower()
