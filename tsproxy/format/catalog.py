@@ -182,6 +182,14 @@ class CatalogIndex:
             return None
         return CatalogRecord(key, backend_etag, *found)
 
+    def summary(self, key: str, backend_etag: str, stored_size: int) -> tuple[int, str] | None:
+        """`lookup`'s (original size, client ETag) alone: what a listing needs, per listed object."""
+        found = self._by_key.get(key)
+        facts = found.get(backend_etag) if found is not None else None
+        if facts is None or facts[0] != stored_size:
+            return None
+        return facts[1], facts[2]
+
     def records(self) -> Iterator[CatalogRecord]:
         for key, versions in self._by_key.items():
             for etag, facts in versions.items():
