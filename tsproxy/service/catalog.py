@@ -243,9 +243,10 @@ class SizeCatalog:
                 state.compacting = asyncio.get_running_loop().create_task(self._compact(bucket, state, names))
             return state.index
 
-    def cached(self, bucket: str) -> CatalogIndex:
-        """The index as loaded so far, without touching the backend (for a HEAD)."""
-        return self._bucket(bucket).index
+    def cached(self, bucket: str) -> CatalogIndex | None:
+        """The index as loaded so far, without touching the backend (for a HEAD); None if there is none."""
+        state = self._buckets.get(bucket)
+        return state.index if state is not None else None
 
     async def _list_names(self, backend_bucket: str, prefix: str) -> list[str]:
         return [o.key[len(prefix) :] for o in await list_everything(self.backend, backend_bucket, prefix)]
