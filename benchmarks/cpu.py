@@ -5,7 +5,8 @@ uses, on the same chunks, measured in the same run:
 
 - upload: zstd at tsproxy's level (kept only when smaller, as tsproxy does), AES-256-GCM seal, the MD5
   of the part for its ETag (which also answers a Content-MD5 check), the SHA-256 of the payload when the
-  client signs it, and the MD5 of the stored bytes that tsproxy sends its backend as Content-MD5;
+  client signs it, the CRC32 when it sends one, and the MD5 of the stored bytes that tsproxy sends its
+  backend as Content-MD5;
 - cold read: AES-256-GCM open and zstd inflate of every chunk once.
 
 tsproxy runs as `tsproxy serve` in its own process over a real SeaweedFS (fetch_support.TsproxySystem,
@@ -16,7 +17,8 @@ reported apart; so is SeaweedFS'.
 
 Scenarios: a Kafka segment (uncompressed v2 batches with JSON-like values, which tsproxy compresses)
 uploaded as a broker's plugin does, multipart with 25 MiB parts sent one after another, once per
-`--client-checks` mode (none: UNSIGNED-PAYLOAD; md5: Content-MD5; sha256: signed payload; or both);
+`--client-checks` mode (none: UNSIGNED-PAYLOAD; md5: Content-MD5; sha256: signed payload; or both;
+crc32: aws-chunked with a CRC32 trailer, as current SDKs send by default);
 then, on a freshly started tsproxy with an empty cache each time, a consumer's sequential 1 MiB fetches
 to the end, and the plugin's 4 MiB chunk reads to the end. Every byte read is checked.
 
@@ -42,6 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +67,8 @@ from tsproxy import defaults
 
 GIB = 1 << 30
 SEGMENT_KEY = "clicks-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
-CLIENT_CHECKS = ("none", "md5", "sha256", "sha256+md5")
+CLIENT_CHECKS = ("none", "md5", "sha256", "sha256+md5", "crc32")
+TRAILER_CHUNK = 64 << 10  # payload bytes per aws-chunked chunk in crc32 mode
 UPLOAD = "upload 25MiB parts, 1 in flight"
 SEQ_COLD = "seq 1MiB cold"
 CHUNKS_COLD = "chunks 4MiB cold"
@@ -115,17 +119,46 @@ class CheckingClient(LeanS3):
     Content-MD5, as SDKs do over plain http or when told to."""
 
     def put_part(  # type: ignore[override]
-        self, bucket: str, key: str, upload_id: str, number: int, body: bytes, *, sha256: bool, md5: bool
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        number: int,
+        body: bytes,
+        *,
+        sha256: bool,
+        md5: bool,
+        crc32: bool,
     ) -> str:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
         query = f"partNumber={number}&uploadId={urllib.parse.quote(upload_id, safe='')}"
         path = self.path(bucket, key, query)
-        headers = {"Content-Length": str(len(body))}
+        headers: dict[str, str] = {}
         if md5:
             headers["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()
-        headers["X-Amz-Content-SHA256"] = hashlib.sha256(body).hexdigest() if sha256 else "UNSIGNED-PAYLOAD"
+        if crc32:
+            # What current SDKs send by default: aws-chunked, unsigned, with a CRC32 trailer.
+            headers["Content-Encoding"] = "aws-chunked"
+            headers["X-Amz-Decoded-Content-Length"] = str(len(body))
+            headers["X-Amz-Trailer"] = "x-amz-checksum-crc32"
+            headers["X-Amz-Content-SHA256"] = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+            crc = base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
+            view = memoryview(body)
+            framed = bytearray()
+            for pos in range(0, len(body), TRAILER_CHUNK):
+                piece = view[pos : pos + TRAILER_CHUNK]
+                framed += b"%x\r\n" % len(piece)
+                framed += piece
+                framed += b"\r\n"
+            framed += f"0\r\nx-amz-checksum-crc32:{crc}\r\n\r\n".encode()
+            body = bytes(framed)
+        else:
+            headers["X-Amz-Content-SHA256"] = (
+                hashlib.sha256(body).hexdigest() if sha256 else "UNSIGNED-PAYLOAD"
+            )
+        headers["Content-Length"] = str(len(body))
         signed = AWSRequest(method="PUT", url=self.endpoint + path, headers=headers)
         # With signing "enabled" botocore keeps the X-Amz-Content-SHA256 given above and signs it.
         signed.context["payload_signing_enabled"] = True
@@ -146,7 +179,7 @@ class CheckingClient(LeanS3):
 
 def upload(system: TsproxySystem, key: str, data: bytes, checks: str) -> float:
     """A multipart upload in PART_BYTES parts, one after another; returns the client's CPU seconds."""
-    sha256, md5 = "sha256" in checks, "md5" in checks
+    sha256, md5, crc32 = "sha256" in checks, "md5" in checks, "crc32" in checks
     begin = time.process_time()
     client = boto3_client(system)
     lean = CheckingClient(system.endpoint, *system.keys)
@@ -154,7 +187,7 @@ def upload(system: TsproxySystem, key: str, data: bytes, checks: str) -> float:
     parts = []
     for number, pos in enumerate(range(0, len(data), PART_BYTES), start=1):
         body = data[pos : pos + PART_BYTES]
-        etag = lean.put_part(system.bucket, key, upload_id, number, body, sha256=sha256, md5=md5)
+        etag = lean.put_part(system.bucket, key, upload_id, number, body, sha256=sha256, md5=md5, crc32=crc32)
         parts.append({"PartNumber": number, "ETag": etag})
     client.complete_multipart_upload(
         Bucket=system.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
@@ -231,6 +264,7 @@ def bare_limit(data: bytes, chunk_size: int, level: int, runs: int = 3) -> tuple
         "aes-gcm seal": best_of(runs, lambda: [aead.encrypt(nonce, p, aad) for p in payloads]),
         "md5 of payload": best_of(runs, lambda: digest("md5", chunks)),
         "sha256 of payload": best_of(runs, lambda: digest("sha256", chunks)),
+        "crc32 of payload": best_of(runs, lambda: [zlib.crc32(c) for c in chunks]),
         "md5 of stored": best_of(runs, lambda: digest("md5", sealed)),
         "aes-gcm open": best_of(runs, lambda: [aead.decrypt(nonce, s, aad) for s in sealed]),
         "zstd inflate": best_of(runs, inflate),
@@ -241,7 +275,11 @@ def bare_limit(data: bytes, chunk_size: int, level: int, runs: int = 3) -> tuple
 def upload_primitives(checks: str) -> tuple[str, ...]:
     """What an upload's bytes need: one MD5 of the payload serves both the ETag and a Content-MD5."""
     needed = ("zstd compress", "aes-gcm seal", "md5 of payload", "md5 of stored")
-    return needed + (("sha256 of payload",) if "sha256" in checks else ())
+    return (
+        needed
+        + (("sha256 of payload",) if "sha256" in checks else ())
+        + (("crc32 of payload",) if "crc32" in checks else ())
+    )
 
 
 READ_PRIMITIVES = ("aes-gcm open", "zstd inflate")
