@@ -23,6 +23,7 @@ there) per MiB the client read, and body bytes SeaweedFS sent (received, for the
 The machine's load average is printed with the table: other processes move every figure.
 
     .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
+        [--scenarios chunks,random] [--chunk-size 1MiB]
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from fetch_support import (
     TsproxySystem,
     build_segment,
     check_goals,
+    parse_scenarios,
     run_system,
     started,
 )
@@ -91,6 +93,13 @@ def parse_systems(text: str) -> list[str]:
     return names
 
 
+def parse_scenario_list(text: str) -> list[str]:
+    try:
+        return parse_scenarios(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=256, help="segment size in MiB (default 256)")
@@ -98,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--random-reads", type=int, default=0, help="random 1 MiB fetches (default: half the size in MiB)"
     )
+    ap.add_argument(
+        "--scenarios",
+        type=parse_scenario_list,
+        default=list(SCENARIOS),
+        help='comma-separated, by name or unique prefix ("chunks,random"), or "reads"; default: all',
+    )
+    ap.add_argument("--chunk-size", help="tsproxy's chunk size for the objects it writes (default: its own)")
     ap.add_argument("--json", help="write the rows here as a JSON list")
     ap.add_argument(
         "--workdir",
@@ -129,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         weed = SeaweedFS.start()
         try:
             factories: dict[str, Any] = {
-                "tsproxy": lambda: TsproxySystem(weed, "fetch-tsproxy", tmp / "tsproxy"),
+                "tsproxy": lambda: TsproxySystem(weed, "fetch-tsproxy", tmp / "tsproxy", args.chunk_size),
                 "direct": lambda: DirectSystem(weed, "fetch-direct"),
                 "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone"),
             }
@@ -137,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}:", file=sys.stderr)
                 system: System
                 with started(factories[name]) as system:
-                    run_system(system, weed, segment, SEGMENT_KEY, random_count, report)
+                    run_system(system, weed, segment, SEGMENT_KEY, random_count, report, args.scenarios)
         finally:
             weed.stop()
 

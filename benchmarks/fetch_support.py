@@ -437,14 +437,16 @@ class DirectSystem:
 class TsproxySystem:
     """`tsproxy serve` in its own process over SeaweedFS, with its default settings (4 MiB chunks,
     16 MiB prefetch, compression auto, encryption on, 1 GiB disk cache); `go_cold` restarts it on a
-    new, empty cache directory with the same key ring."""
+    new, empty cache directory with the same key ring. `chunk_size` (e.g. "1MiB") overrides the default
+    chunk size of the objects it writes."""
 
     name = "tsproxy"
 
-    def __init__(self, weed: SeaweedFS, bucket: str, workdir: Path) -> None:
+    def __init__(self, weed: SeaweedFS, bucket: str, workdir: Path, chunk_size: str | None = None) -> None:
         from tsproxy.format import KeyRing
 
         self.weed = weed
+        self.chunk_size = chunk_size
         self.bucket = self.backend_bucket = bucket  # tsproxy keeps a client bucket under its own name
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -481,6 +483,8 @@ class TsproxySystem:
             "--cache-dir", str(cache),
             "--log-level", "warning",
         ]  # fmt: skip
+        if self.chunk_size:
+            args += ["--chunk-size", self.chunk_size]
         self.process = _launch(args, self.workdir, env, self.log)
         try:
             url = f"http://127.0.0.1:{self.metrics_port}/readyz"
@@ -824,25 +828,58 @@ def run_system(
     key: str,
     random_count: int,
     report: Callable[[dict[str, Any]], None],
+    scenarios: Sequence[str] = SCENARIOS,
 ) -> None:
-    """Every scenario against one system, in order: a multipart upload with one part in flight, then
-    with four; one 64 MiB PutObject; cold, then warm sequential 1 MiB fetches (of the four-in-flight
-    upload's object); cold 4 MiB chunk reads; cold random 1 MiB fetches. `report` gets each row as it is
-    measured."""
-    serial = measure_upload(system, weed, key + ".serial", segment.data, concurrency=1)
-    report({**serial.row(system.name, UPLOAD_SERIAL), "parts": -(-segment.size // PART_BYTES)})
-    report(measure_upload(system, weed, key, segment.data).row(system.name, UPLOAD))
-    report(measure_put(system, weed, key + ".put", segment.data[:PUT_BYTES]).row(system.name, PUT))
-    system.go_cold()
-    sequential = consumer_fetches(segment)
-    report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_COLD))
-    report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_WARM))
-    system.go_cold()
-    chunks = chunk_reads(segment.size)
-    report(measure_reads(system, weed, key, chunks, segment.data).row(system.name, CHUNKS_COLD))
-    system.go_cold()
-    scattered = random_fetches(segment, random_count)
-    report(measure_reads(system, weed, key, scattered, segment.data).row(system.name, RANDOM_COLD))
+    """The chosen scenarios against one system, in order: a multipart upload with one part in flight,
+    then with four; one 64 MiB PutObject; cold, then warm sequential 1 MiB fetches (of the
+    four-in-flight upload's object); cold 4 MiB chunk reads; cold random 1 MiB fetches. `report` gets
+    each row as it is measured. What a chosen scenario needs but is not chosen itself (the object to
+    read, the cold pass before the warm one) is done without being reported."""
+    wanted = set(scenarios)
+    if UPLOAD_SERIAL in wanted:
+        serial = measure_upload(system, weed, key + ".serial", segment.data, concurrency=1)
+        report({**serial.row(system.name, UPLOAD_SERIAL), "parts": -(-segment.size // PART_BYTES)})
+    if UPLOAD in wanted or wanted & set(READ_SCENARIOS):
+        upload = measure_upload(system, weed, key, segment.data)
+        if UPLOAD in wanted:
+            report(upload.row(system.name, UPLOAD))
+    if PUT in wanted:
+        report(measure_put(system, weed, key + ".put", segment.data[:PUT_BYTES]).row(system.name, PUT))
+    if wanted & {SEQ_COLD, SEQ_WARM}:
+        system.go_cold()
+        sequential = consumer_fetches(segment)
+        cold = measure_reads(system, weed, key, sequential, segment.data)
+        if SEQ_COLD in wanted:
+            report(cold.row(system.name, SEQ_COLD))
+        if SEQ_WARM in wanted:
+            report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_WARM))
+    if CHUNKS_COLD in wanted:
+        system.go_cold()
+        chunks = chunk_reads(segment.size)
+        report(measure_reads(system, weed, key, chunks, segment.data).row(system.name, CHUNKS_COLD))
+    if RANDOM_COLD in wanted:
+        system.go_cold()
+        scattered = random_fetches(segment, random_count)
+        report(measure_reads(system, weed, key, scattered, segment.data).row(system.name, RANDOM_COLD))
+
+
+def parse_scenarios(text: str) -> list[str]:
+    """Comma-separated scenarios, each named in full or by a prefix that names one alone
+    ("chunks,random" is "chunks 4MiB cold,random 1MiB cold"); "reads" names every read scenario."""
+    chosen: list[str] = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        if word == "reads":
+            chosen += READ_SCENARIOS
+            continue
+        matches = [s for s in SCENARIOS if s == word] or [s for s in SCENARIOS if s.startswith(word)]
+        if len(matches) != 1:
+            raise ValueError(f"{word!r} names {len(matches)} scenarios; choose from: {', '.join(SCENARIOS)}")
+        chosen += matches
+    if not chosen:
+        raise ValueError("no scenario named")
+    return [s for s in SCENARIOS if s in chosen]
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -294,3 +295,21 @@ async def test_a_damaged_database_is_moved_aside(
         assert len(third) == 1 and metrics.cache_resets.labels("damaged")._value.get() == 0
     finally:
         third.close()
+
+
+async def test_lookups_never_wait_behind_puts(cache: ChunkCache) -> None:
+    # Puts run one at a time in the cache's writer thread: however many are queued (here all held
+    # up, as behind slow disk writes), a lookup on a cold read's path still gets a thread at once.
+    await cache.put(key(0), payload(0))
+    cache._write_lock.acquire()
+    try:
+        puts = [asyncio.ensure_future(cache.put(key(n), payload(n))) for n in range(1, 9)]
+        await asyncio.sleep(0.05)
+        got = await asyncio.wait_for(cache.get(key(0)), 30)  # a guard against a hang, not a timing
+        assert got == payload(0)
+        assert not any(p.done() for p in puts)
+    finally:
+        cache._write_lock.release()
+    await asyncio.gather(*puts)
+    for n in range(9):
+        assert await cache.get(key(n)) == payload(n)

@@ -611,3 +611,21 @@ async def test_many_concurrent_random_readers_with_a_small_cache(
     assert cache.size_bytes() <= MIB
     await reader.close()
     cache.close()
+
+
+@pytest.mark.parametrize("first", [3 * MIB + 512 * KIB, 2 * MIB])
+async def test_a_read_crossing_a_chunk_boundary_is_one_get(
+    cache: ChunkCache, executor: ThreadPoolExecutor, first: int
+) -> None:
+    # A 1 MiB fetch, or a chunk-size read of a plugin, that starts inside a chunk and ends in the next:
+    # both chunks come in one ranged GET, not the second one a round trip after the first.
+    obj = make_object(random_data(12 * MIB), chunk_size=4 * MIB)
+    reader = ChunkReader(cache, executor)
+    fetch = CountingFetch(obj)
+    last = first + (MIB if first % MIB else 4 * MIB) - 1
+    assert await read_all(reader, obj, fetch, first, last) == obj.data[first : last + 1]
+    await settle(reader)
+    assert len(fetch.calls) == 1
+    refs = [obj.manifest.index.chunk(i) for i in (0, 1)]
+    assert fetch.calls[0] == (refs[0].stored_offset, refs[1].stored_offset + refs[1].stored_len)
+    await reader.close()

@@ -38,7 +38,10 @@ directory is moved aside as `<dir>.damaged-<UTC time>` (keeping its database for
 chunk files) or, when it cannot be renamed (a volume's mount point), emptied; the cache then starts
 empty, with one log line and `tsproxy_cache_resets_total{reason="damaged"}`.
 
-Every diskcache call runs in the executor passed in, never on the event loop.
+Every diskcache call runs off the event loop: lookups in the executor passed in, puts (sealing, the
+entry file's write and the row insert, several milliseconds a chunk) one at a time in a writer thread of
+the cache's own. Puts are serialised anyway (SQLite has one writer), and a lookup on a cold read's path
+never waits for a thread that a queue of puts holds.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -181,10 +184,9 @@ class ChunkCache:
         )
         self._own_executor = executor is None
         if executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-
             executor = ThreadPoolExecutor(4, thread_name_prefix="chunk-cache")
         self._executor = executor
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="chunk-cache-writer")
         self._metrics = metrics
         if metrics is not None:
             metrics.cache_resets.labels("damaged")  # present at 0 from the first scrape
@@ -251,7 +253,7 @@ class ChunkCache:
 
         A failing disk is logged and ignored: the cache is an optimisation, never a reason to fail a read.
         """
-        await self._run(self._put_sync, key, data)
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._put_sync, key, data)
 
     def _put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
         disk_key = key.to_bytes()
@@ -307,7 +309,8 @@ class ChunkCache:
         return len(self._cache)
 
     def close(self) -> None:
-        """Close the database (disk access: call off the event loop). Idempotent."""
+        """Finish the puts under way and close the database (disk access: off the event loop). Idempotent."""
+        self._writer.shutdown(wait=True)
         self._cache.close()
         if self._own_executor:
             self._executor.shutdown(wait=False)

@@ -7,7 +7,7 @@ For each chunk a read needs, in order:
 3. a download already under way (single-flight) is joined;
 4. else the disk cache is asked; a hit costs no backend request;
 5. else the chunk is fetched, together with the next missing chunks of the read (up to
-   FOREGROUND_BYTES), in one coalesced ranged GET.
+   FOREGROUND_BYTES from where the read needs them), in one coalesced ranged GET.
 
 While it consumes, the reader keeps a window of chunks scheduled ahead (see prefetch.PrefetchPolicy):
 within its own range, and past it to the object's end once the object is being read forward. Those
@@ -50,8 +50,9 @@ from .singleflight import Abandoned, SingleFlight, wait
 FetchStored = Callable[[int, int], Awaitable[bytes]]
 """(stored_start, stored_end_exclusive) -> those stored bytes of one backend object version."""
 
-# How much of a read a cold first fetch brings in: enough to coalesce a typical 1 MiB fetch that
-# crosses chunk boundaries, little enough for a quick first byte on a long read.
+# How much of a read a cold first fetch brings in, counted from the first byte the read needs: enough
+# to bring a 1 MiB fetch or a 4 MiB chunk read that crosses a chunk boundary in one GET (rather than a
+# second one issued a round trip later), little enough for a quick first byte on a long read.
 FOREGROUND_BYTES = 4 << 20
 # Chunks a forward reader has moved from the disk cache into memory ahead of its position.
 PROMOTE_AHEAD = 1
@@ -218,7 +219,7 @@ class ChunkReader:
                 if data is not None:
                     self._hot.put(key, data)
         if fut is None and data is None:
-            fut = await self._fetch_foreground(rd, i, ref)
+            fut = await self._fetch_foreground(rd, i, ref, position)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
         await self._read_ahead(rd, position)
         self._promote_ahead(rd, i)
@@ -247,10 +248,12 @@ class ChunkReader:
             # No await between looking and claiming, so the chunk cannot be claimed by another in between.
             fut = self._flights.join(key) or self._launch(rd, i, [ref], [True], background=False)[0]
 
-    async def _fetch_foreground(self, rd: _Read, i: int, ref: ChunkRef) -> asyncio.Future[bytes]:
-        """Fetch chunk i now, with the missing chunks after it in this read up to FOREGROUND_BYTES."""
+    async def _fetch_foreground(
+        self, rd: _Read, i: int, ref: ChunkRef, position: int
+    ) -> asyncio.Future[bytes]:
+        """Fetch chunk i now, with the missing chunks of this read up to FOREGROUND_BYTES past position."""
         index = rd.manifest.index
-        reach = min(rd.manifest.size - 1, ref.original_offset + FOREGROUND_BYTES - 1)
+        reach = min(rd.manifest.size - 1, position + FOREGROUND_BYTES - 1)
         end = min(rd.last_chunk, index.chunk_at(reach))
         refs = [ref] + [index.chunk(j) for j in range(i + 1, end + 1)]
         missing = await self._missing(rd, refs[1:])
