@@ -109,6 +109,7 @@ def run(weed: SeaweedFS, count: int, workdir: Path) -> list[dict[str, Any]]:
     reader.workdir = workdir / f"reader-{count}"
     reader.workdir.mkdir(parents=True, exist_ok=True)
     reader.ring, reader.generation, reader.process = writer.ring, 0, None
+    reader.chunk_size = writer.chunk_size
     reader._start()
     try:
         client = boto3_client(reader)

@@ -153,3 +153,34 @@ async def test_a_listing_s_later_pages_do_not_refresh_a_recent_index(backend: Ba
     assert later_page.lookup(r.key, r.backend_etag, r.stored_size) is None  # listed by a HEAD instead
     first_page = await reader.refresh("b")
     assert first_page.lookup(r.key, r.backend_etag, r.stored_size) == r
+
+
+class _GatedPuts:
+    """A real backend whose puts wait at a gate first: a flush can be caught in flight."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def put(self, *args: object, **kwargs: object) -> object:
+        self.waiting.set()
+        await self.gate.wait()
+        return await self._backend.put(*args, **kwargs)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._backend, name)
+
+
+async def test_a_stop_during_a_flush_loses_no_record(backend: Backend, bucket: str) -> None:
+    gated = _GatedPuts(backend)
+    writer = SizeCatalog(gated, lambda _: (bucket, PREFIX), flush_interval=3600.0, flush_records=2)  # type: ignore[arg-type]
+    writer.start()
+    writer.wrote("b", _record(1))
+    writer.wrote("b", _record(2))  # reaches flush_records: the background flush starts its put
+    await asyncio.wait_for(gated.waiting.wait(), 10)
+    gated.gate.set()  # close() cancels the flush in flight, then flushes again itself
+    await writer.close()
+    fresh = await _catalog(backend, bucket).refresh("b")
+    for r in (_record(1), _record(2)):
+        assert fresh.lookup(r.key, r.backend_etag, r.stored_size) == r

@@ -176,6 +176,11 @@ class SizeCatalog:
             except errors.NoSuchBucket:
                 self._buckets.pop(bucket, None)  # deleted meanwhile: its records have nothing to describe
                 continue
+            except asyncio.CancelledError:
+                # A stop cancels the background flush: keep the batch for close()'s own flush (records
+                # written twice are harmless, records dropped are HEADs for every instance after).
+                state.pending[:0] = batch
+                raise
             except Exception as e:  # the backend may be down: keep the records and try again later
                 state.pending[:0] = batch
                 self.on_event("flush_error")
