@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -237,4 +238,35 @@ def test_a_head_the_catalog_describes_reads_no_tail(
         assert e.value.response["Error"]["Code"] == "404"
     finally:
         other.stop()
+        reader.stop()
+
+
+def test_a_first_head_loads_the_catalog_for_the_next_ones(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """No listing needed: the first HEAD in a bucket reads a tail and starts loading the catalog."""
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    writer = _instance(kind, tmp_path, request, "writer")
+    try:
+        s3 = writer.client()
+        s3.create_bucket(Bucket=bucket)
+        for i in range(3):
+            s3.put_object(Bucket=bucket, Key=f"seg/{i}.log", Body=os.urandom(100_000))
+    finally:
+        writer.stop()
+    reader = _instance(kind, tmp_path, request, "reader")
+    try:
+        s3 = reader.client()
+        assert s3.head_object(Bucket=bucket, Key="seg/0.log")["ContentLength"] == 100_000
+        catalog = reader.proxy.catalog
+        assert catalog is not None
+        deadline = time.monotonic() + 10
+        while (index := catalog.cached(bucket)) is None or "seg/1.log" not in index:
+            assert time.monotonic() < deadline, "the catalog was not loaded"
+            time.sleep(0.02)
+        gets = _backend_requests(reader, "GetObject")
+        assert s3.head_object(Bucket=bucket, Key="seg/1.log")["ContentLength"] == 100_000
+        assert s3.head_object(Bucket=bucket, Key="seg/2.log")["ContentLength"] == 100_000
+        assert _backend_requests(reader, "GetObject") == gets
+    finally:
         reader.stop()

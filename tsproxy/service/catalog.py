@@ -98,6 +98,7 @@ class SizeCatalog:
         self.clock = clock
         self.on_event = on_event or (lambda _: None)
         self._buckets: dict[str, _Bucket] = {}
+        self._loading: dict[str, asyncio.Task[None]] = {}  # background loads (load_soon), by bucket
         self._sequence = 0
         self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -145,6 +146,10 @@ class SizeCatalog:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
             self._flusher = None
+        for task in list(self._loading.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for state in self._buckets.values():
             if state.compacting is not None:
                 state.compacting.cancel()
@@ -247,6 +252,21 @@ class SizeCatalog:
                 state.flushes = 0
                 state.compacting = asyncio.get_running_loop().create_task(self._compact(bucket, state, names))
             return state.index
+
+    def load_soon(self, bucket: str) -> None:
+        """Load the bucket's catalog in the background (a HEAD found none loaded), once at a time."""
+        if bucket in self._buckets or bucket in self._loading:
+            return
+
+        async def load() -> None:
+            try:
+                await self.refresh(bucket)
+            except Exception as e:  # only a saving missed: the next listing loads it
+                log.debug("size catalog load failed", extra={"fields": {"bucket": bucket, "error": str(e)}})
+            finally:
+                self._loading.pop(bucket, None)
+
+        self._loading[bucket] = asyncio.get_running_loop().create_task(load())
 
     def cached(self, bucket: str) -> CatalogIndex | None:
         """The index as loaded so far, without touching the backend (for a HEAD); None if there is none."""

@@ -65,7 +65,9 @@ class ReadOps(ServiceCore):
     async def resolve_for_head(self, bucket: str, key: str) -> StoredObject:
         """What a HEAD shows of (bucket, key), without reading the object's tail when that can be helped.
 
-        When this instance's size catalog has a record of the key, a backend HEAD (no body) is checked
+        The first HEAD in a bucket whose catalog this instance has not loaded yet starts loading it in
+        the background. When this instance's size catalog has a record of the key, a backend HEAD (no
+        body) is checked
         against it as a listing checks its entries, on backend ETag and stored size; a match answers
         with the record's original size, client ETag and HEAD facts. Anything else is `resolve`'s
         answer: the cached object, a suffix GET, or the tail of the version the backend HEAD saw.
@@ -73,7 +75,10 @@ class ReadOps(ServiceCore):
         """
         index = self.catalog.cached(bucket) if self.catalog is not None else None
         if index is None or key not in index or self._objects.get((bucket, key)) is not None:
-            return await self.resolve(bucket, key)
+            obj = await self.resolve(bucket, key)
+            if index is None and self.catalog is not None:
+                self.catalog.load_soon(bucket)  # the bucket exists: later HEADs may skip the tail
+            return obj
         loc = self.ns.object(bucket, key)
         try:
             info = await self.backend.head(loc.bucket, loc.key)
