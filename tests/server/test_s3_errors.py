@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from unittest import mock
@@ -164,3 +165,28 @@ def test_not_implemented(local_proxy: RunningProxy, weed_bucket: str) -> None:
 def test_invalid_bucket_name(local_proxy: RunningProxy) -> None:
     resp = _signed("PUT", f"{local_proxy.endpoint}/Bad_Bucket")
     assert _error(resp) == (400, "InvalidBucketName")
+
+
+@pytest.mark.parametrize(
+    "digits", ["\u00b9", "\u0661", "\uff11"]
+)  # superscript one, Arabic-Indic one, fullwidth one
+def test_numbers_in_other_scripts_are_refused_not_crashed_on(
+    local_proxy: RunningProxy, weed_bucket: str, digits: str
+) -> None:
+    """str.isdigit() is true of these, int() of some fails: each must be a 400, never a 500."""
+    s3 = local_proxy.client()
+    s3.put_object(Bucket=weed_bucket, Key="k", Body=b"x")
+    quoted = urllib.parse.quote(digits)
+    url = f"{local_proxy.endpoint}/{weed_bucket}/k"
+    assert _error(_signed("GET", f"{url}?partNumber={quoted}")) == (400, "InvalidArgument")
+    upload = s3.create_multipart_upload(Bucket=weed_bucket, Key="k")["UploadId"]
+    status, _ = _error(_signed("PUT", f"{url}?partNumber={quoted}&uploadId={upload}", b"x"))
+    assert status == 400
+    status, _ = _error(_signed("GET", f"{url}?uploadId={upload}&part-number-marker={quoted}"))
+    assert status == 400
+    complete = (
+        "<CompleteMultipartUpload><Part><PartNumber>" + digits + '</PartNumber><ETag>"e"</ETag></Part>'
+        "</CompleteMultipartUpload>"
+    ).encode()
+    status, _ = _error(_signed("POST", f"{url}?uploadId={upload}", complete))
+    assert status == 400

@@ -58,7 +58,7 @@ def metadata_guess(metadata: Mapping[str, str], size: int) -> int:
     """The tail length the backend metadata records, when it is plausible for an object of `size`
     bytes; else TRAILER_SIZE (read the trailer, then the tail it names)."""
     recorded = metadata.get(META_TAIL_LENGTH, "")
-    length = int(recorded) if recorded.isdigit() else 0
+    length = int(recorded) if recorded.isascii() and recorded.isdigit() else 0
     return length if TRAILER_SIZE < length <= size else TRAILER_SIZE
 
 

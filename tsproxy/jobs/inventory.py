@@ -279,7 +279,7 @@ class InventoryJob(ObjectJob):
             return {**row, "format": "passthrough", "original_size": p.info.size}
         row["format"] = "tsproxy"
         meta_size = p.info.metadata.get(META_SIZE, "")
-        row["original_size"] = int(meta_size) if meta_size.isdigit() else None
+        row["original_size"] = int(meta_size) if meta_size.isascii() and meta_size.isdigit() else None
         if p.tail is None:
             why = p.tail_error or Truncated("no tsproxy trailer at the end")
             return {**row, "status": "unreadable", "detail": str(why)}

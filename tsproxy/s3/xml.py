@@ -470,7 +470,11 @@ def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
         if part.tag != "Part":
             raise errors.MalformedXML()
         number_text, etag = _text(part, "PartNumber"), _text(part, "ETag")
-        if number_text is None or etag is None or not number_text.strip().isdigit():
+        if (
+            number_text is None
+            or etag is None
+            or not (number_text.strip().isascii() and number_text.strip().isdigit())
+        ):
             raise errors.MalformedXML()
         number = int(number_text.strip())
         check_part_number(number)

@@ -183,7 +183,7 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
             "path": raw_path,
             "query": redact(raw_query),
             "operation": op.value,
-            "status": int(status) if status.isdigit() else status,
+            "status": int(status) if status.isascii() and status.isdigit() else status,
             "duration_ms": round(elapsed * 1000, 2),
             "user_agent": request.headers.get("User-Agent", ""),
         }

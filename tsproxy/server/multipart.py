@@ -41,7 +41,9 @@ async def create_multipart_upload(ex: Exchange) -> web.StreamResponse:
 
 def _part_number(query: Mapping[str, str]) -> int:
     raw = query.get("partNumber", "")
-    part_no = int(raw) if raw.isdigit() else 0  # not a number: refused as out of range, as S3 does
+    part_no = (
+        int(raw) if raw.isascii() and raw.isdigit() else 0
+    )  # not a number: refused as out of range, as S3 does
     check_part_number(part_no)
     return part_no
 
@@ -136,7 +138,7 @@ async def list_parts(ex: Exchange) -> web.StreamResponse:
     q = ex.query
     upload_id = q["uploadId"]
     marker_raw = q.get("part-number-marker") or "0"
-    if not marker_raw.isdigit():
+    if not (marker_raw.isascii() and marker_raw.isdigit()):
         raise errors.InvalidArgument("Invalid part number marker", ArgumentName="part-number-marker")
     marker = int(marker_raw)
     max_parts = listing.max_keys(q, "max-parts")

@@ -155,7 +155,7 @@ def _part_number(query: Mapping[str, str]) -> int | None:
     raw = query.get("partNumber")
     if raw is None:
         return None
-    if not raw.isdigit() or not 1 <= int(raw) <= 10000:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 10000:
         raise errors.InvalidArgument(
             "Part number must be an integer between 1 and 10000, inclusive",
             ArgumentName="partNumber",
@@ -190,7 +190,7 @@ async def put_object(ex: Exchange) -> web.StreamResponse:
 
 def _decoded_length(h: Mapping[str, str]) -> int | None:
     raw = h.get("x-amz-decoded-content-length") or h.get("Content-Length")
-    return int(raw) if raw and raw.isdigit() else None
+    return int(raw) if raw and raw.isascii() and raw.isdigit() else None
 
 
 def _copy_source(ex: Exchange) -> tuple[str, str]:

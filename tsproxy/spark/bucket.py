@@ -173,7 +173,11 @@ class Bucket:
         )
         data = response["Body"].read()
         total = response.get("ContentRange", "").rpartition("/")[2]
-        size = int(total) if total.isdigit() else int(response.get("ContentLength", len(data)))
+        size = (
+            int(total)
+            if total.isascii() and total.isdigit()
+            else int(response.get("ContentLength", len(data)))
+        )
         return data, size
 
     # -- tsproxy objects, read straight from the backend -------------------------------------------------

@@ -177,7 +177,7 @@ def read_markers(output: Output) -> dict[tuple[str, int], dict[str, int]]:
     done: dict[tuple[str, int], dict[str, int]] = defaultdict(dict)
     for path in output.list(STATE_DIR):
         parts = path[len(STATE_DIR) :].split("/")
-        if len(parts) != 3 or not parts[1].isdigit():
+        if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()):
             continue
         m = _MARKER.fullmatch(parts[2])
         if m is not None:
@@ -229,7 +229,7 @@ def _with_aborted(
 
 def _stem_offset(stem: str) -> int:
     digits = stem[:20]
-    return int(digits) if digits.isdigit() else 0
+    return int(digits) if digits.isascii() and digits.isdigit() else 0
 
 
 # -- one segment ------------------------------------------------------------------------------------

@@ -302,7 +302,7 @@ def _partition_json(text: str, name: str) -> list[tuple[str, int, int]]:
         if not isinstance(parts, dict):
             raise OptionError(f"tiered-kafka: '{name}': topic {topic!r} must map partitions to numbers")
         for part, number in parts.items():
-            if not (isinstance(part, str) and part.isdigit()):
+            if not (isinstance(part, str) and part.isascii() and part.isdigit()):
                 raise OptionError(f"tiered-kafka: '{name}': partition {part!r} of {topic!r} is not a number")
             if not isinstance(number, int) or isinstance(number, bool):
                 raise OptionError(f"tiered-kafka: '{name}': value for {topic}-{part} must be an integer")
@@ -354,6 +354,6 @@ def _parse_size(value: str | None, name: str) -> int:
 
 
 def _positive(value: str, name: str) -> int:
-    if not value.strip().isdigit() or int(value) < 1:
+    if not (value.strip().isascii() and value.strip().isdigit()) or int(value) < 1:
         raise OptionError(f"tiered-kafka: '{name}' must be a positive integer, not {value!r}")
     return int(value)

@@ -161,7 +161,7 @@ def to_s3_error(
         if code in CONFIG_CODES:
             return BackendRefused(code)
         cls = BY_CODE.get(code)
-        if cls is None and code.isdigit():
+        if cls is None and code.isascii() and code.isdigit():
             cls = not_found if status == 404 else BY_STATUS.get(status)
         if cls is not None:
             return cls(message if message and not code.isdigit() else None, **fields)
