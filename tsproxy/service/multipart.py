@@ -1,7 +1,16 @@
-"""Multipart uploads: each client part a segment of its own, kept in the reserved namespace until done."""
+"""Multipart uploads: each client part a segment of its own.
+
+A part whose stored form is at least the backend's minimum part size goes straight into a backend
+multipart upload at the object's own key, begun with the client's upload, as the backend part of the
+same number; at completion only the tail is uploaded (as the part after the last) and the backend
+upload completed, so the backend receives every stored byte once. A smaller part (the last one, or one
+that compression shrank) and an oversized one are kept as objects of their own in the reserved
+namespace until completion, which copies or re-uploads them into place.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -12,14 +21,20 @@ from datetime import UTC, datetime, timedelta
 
 from tsproxy import errors
 from tsproxy.format import (
+    ChunkDecoder,
     ObjectContext,
+    SegmentEncoder,
     SegmentInfo,
+    TransformSettings,
     build_manifest,
     encode_tail,
 )
-from tsproxy.s3.limits import MAX_LIST_KEYS, MIN_PART_SIZE, check_part_number
+from tsproxy.format.manifest import META_FORMAT, Manifest
+from tsproxy.s3.limits import MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
 from tsproxy.service.core import (
     bounded_gather,
+    buffer_head,
+    chain,
     encode_meta_value,
     quietly,
 )
@@ -31,7 +46,7 @@ from tsproxy.service.records import (
     UploadState,
 )
 from tsproxy.service.writes import WriteOps
-from tsproxy.store.base import ObjectInfo
+from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
 
 # How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
 # (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
@@ -90,6 +105,13 @@ class UploadOps(WriteOps):
         await self.head_bucket(bucket)
         ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
         upload_id = secrets.token_urlsafe(24)
+        backend_upload: str | None = None
+        if isinstance(self.backend, MultipartCapable):
+            # Parts go straight into this upload; until it completes nothing is visible at the key.
+            dst = self.ns.object(bucket, key)
+            backend_upload = await self.backend.create_multipart(
+                dst.bucket, dst.key, metadata={META_FORMAT: "1"}, content_type=content_type
+            )
         state = UploadState(
             upload_id,
             key,
@@ -99,11 +121,16 @@ class UploadOps(WriteOps):
             dict(metadata),
             dict(headers),
             datetime.now(UTC),
+            backend_upload,
         )
         loc = self._upload_loc(bucket, upload_id, "state")
-        await self.backend.put(
-            loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": encode_meta_value(key)}
-        )
+        try:
+            await self.backend.put(
+                loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": encode_meta_value(key)}
+            )
+        except BaseException:
+            await quietly(self._abort_backend_upload(bucket, state))
+            raise
         self._uploads.put(upload_id, state)
         return upload_id
 
@@ -141,15 +168,36 @@ class UploadOps(WriteOps):
                 else:
                     yield item
 
-        info = await self.backend.put(data_loc.bucket, data_loc.key, stored())
-        seg = result["segment"]
-        record = PartRecord(part_no, seg.md5.hex(), seg.original_size, data_loc.key, seg, info.last_modified)
+        record: PartRecord | None = None
+        if state.backend_upload is not None and part_no < MAX_PARTS:
+            # Held whole up to one backend part (as a streamed PUT holds one): then it is known whether
+            # it is big enough to be a backend part of its own.
+            head, rest = await buffer_head(stored(), self.part_size)
+            backend = multipart_of(self.backend)
+            if rest is None and len(head) >= backend.min_part_size:
+                dst = self.ns.object(bucket, key)
+                etag = await backend.upload_part(dst.bucket, dst.key, state.backend_upload, part_no, head)
+                seg = result["segment"]
+                modified = datetime.now(UTC)
+                record = PartRecord(part_no, seg.md5.hex(), seg.original_size, "", seg, modified, etag)
+            else:
+                body: bytes | AsyncIterator[bytes] = head if rest is None else chain(head, rest)
+                info = await self.backend.put(data_loc.bucket, data_loc.key, body)
+        else:
+            info = await self.backend.put(data_loc.bucket, data_loc.key, stored())
+        if record is None:
+            seg = result["segment"]
+            record = PartRecord(
+                part_no, seg.md5.hex(), seg.original_size, data_loc.key, seg, info.last_modified
+            )
         info_loc = self._upload_loc(bucket, upload_id, f"{part_no:05d}.info")
         try:
-            await self.backend.put(info_loc.bucket, info_loc.key, record.to_bytes())
+            written = await self.backend.put(info_loc.bucket, info_loc.key, record.to_bytes())
         except BaseException:
-            await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
+            if record.data_key:
+                await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
+        self._part_records.put((info_loc.bucket, info_loc.key), (written.etag, record))
         return record
 
     async def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[UploadState, list[PartRecord]]:
@@ -167,6 +215,9 @@ class UploadOps(WriteOps):
             token = page.next_token
 
         async def load(o: ObjectInfo) -> PartRecord:
+            known = self._part_records.get((prefix.bucket, o.key))
+            if known is not None and known[0] == o.etag:
+                return dataclasses.replace(known[1], last_modified=o.last_modified)
             _, data = await self.backend.get_bytes(prefix.bucket, o.key)
             return PartRecord.from_bytes(data, o.last_modified)
 
@@ -218,16 +269,20 @@ class UploadOps(WriteOps):
             metadata=state.metadata,
             headers=state.headers,
         )
-        tail = await self._cpu("store", encode_tail, manifest, ctx)
-        root = self.ns.root(bucket)
-        pieces = [
-            ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
-            for r in chosen
-            if r.segment.stored_size
-        ]
         dst = self.ns.object(bucket, key)
-        meta = manifest.backend_metadata(len(tail))
-        info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+        if state.backend_upload is not None and any(r.backend_etag is not None for r in chosen):
+            info, manifest, meta = await self._complete_in_place(bucket, dst, state, ctx, chosen, manifest)
+        else:
+            tail = await self._cpu("store", encode_tail, manifest, ctx)
+            root = self.ns.root(bucket)
+            pieces = [
+                ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
+                for r in chosen
+                if r.segment.stored_size
+            ]
+            meta = manifest.backend_metadata(len(tail))
+            info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+            await quietly(self._abort_backend_upload(bucket, state))
         self.invalidate(bucket, key)
         self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
         done = CompletedUpload(key, etag, tuple(parts), datetime.now(UTC))
@@ -237,6 +292,93 @@ class UploadOps(WriteOps):
         await quietly(self._drop_upload(bucket, upload_id))
         await quietly(self._sweep_completed(bucket))
         return done
+
+    async def _complete_in_place(
+        self,
+        bucket: str,
+        dst: Location,
+        state: UploadState,
+        ctx: ObjectContext,
+        chosen: Sequence[PartRecord],
+        manifest: Manifest,
+    ) -> tuple[ObjectInfo, Manifest, dict[str, str]]:
+        """Complete the backend upload the parts went to: parts kept aside are copied in (or, when
+        compression shrank them below the minimum part size, stored again uncompressed), the tail is
+        uploaded after the last part, and nothing is downloaded but a small last part."""
+        backend = multipart_of(self.backend)
+        upload = state.backend_upload
+        assert upload is not None
+        root = self.ns.root(bucket)
+        parts: list[tuple[int, str]] = []
+        segments: list[SegmentInfo] = []
+        *middle, last = chosen
+        for r in middle:
+            seg, etag = r.segment, r.backend_etag
+            if etag is None and seg.stored_size >= backend.min_part_size:
+                etag = await backend.upload_part_copy(
+                    dst.bucket, dst.key, upload, r.part_no, root.bucket, r.data_key, 0, seg.stored_size - 1
+                )
+            elif etag is None:
+                stored = await self._part_bytes(root.bucket, r)
+                seg, data = await self._cpu("store", store_uncompressed, ctx, state.settings, seg, stored)
+                etag = await backend.upload_part(dst.bucket, dst.key, upload, r.part_no, data)
+            parts.append((r.part_no, etag))
+            segments.append(seg)
+        segments.append(last.segment)
+        if segments != [r.segment for r in chosen]:
+            manifest = build_manifest(
+                ctx,
+                state.settings,
+                segments,
+                etag=manifest.etag,
+                md5=None,
+                content_type=state.content_type,
+                metadata=state.metadata,
+                headers=state.headers,
+            )
+        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        if last.backend_etag is None and last.segment.stored_size <= self.part_size:
+            data = await self._part_bytes(root.bucket, last)
+            parts.append(
+                (
+                    last.part_no,
+                    await backend.upload_part(dst.bucket, dst.key, upload, last.part_no, data + tail),
+                )
+            )
+        else:
+            if last.backend_etag is not None:
+                parts.append((last.part_no, last.backend_etag))
+            elif last.part_no < MAX_PARTS:
+                end = last.segment.stored_size - 1
+                etag = await backend.upload_part_copy(
+                    dst.bucket, dst.key, upload, last.part_no, root.bucket, last.data_key, 0, end
+                )
+                parts.append((last.part_no, etag))
+            else:
+                raise errors.InternalError("A last part numbered 10000 is too big to take the object's tail.")
+            # Parts that went straight in are never the last part number (see upload_part).
+            parts.append(
+                (
+                    last.part_no + 1,
+                    await backend.upload_part(dst.bucket, dst.key, upload, last.part_no + 1, tail),
+                )
+            )
+        info = await backend.complete_multipart(dst.bucket, dst.key, upload, parts)
+        return info, manifest, {META_FORMAT: "1"}
+
+    async def _part_bytes(self, backend_bucket: str, record: PartRecord) -> bytes:
+        """The stored bytes of a part kept as an object of its own."""
+        if not record.segment.stored_size:
+            return b""
+        _, data = await self.backend.get_bytes(backend_bucket, record.data_key)
+        if len(data) != record.segment.stored_size:
+            raise errors.InternalError("A stored part is not the size its record says.")
+        return data
+
+    async def _abort_backend_upload(self, bucket: str, state: UploadState) -> None:
+        if state.backend_upload is not None:
+            dst = self.ns.object(bucket, state.key)
+            await multipart_of(self.backend).abort_multipart(dst.bucket, dst.key, state.backend_upload)
 
     async def _completed_upload(self, bucket: str, upload_id: str) -> CompletedUpload | None:
         if not upload_id or "/" in upload_id or len(upload_id) > 128:
@@ -271,8 +413,9 @@ class UploadOps(WriteOps):
             token = page.next_token
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
-        await self._upload_state(bucket, key, upload_id)
+        state = await self._upload_state(bucket, key, upload_id)
         await self._drop_upload(bucket, upload_id)
+        await quietly(self._abort_backend_upload(bucket, state))
 
     async def _drop_upload(self, bucket: str, upload_id: str) -> None:
         self._uploads.pop(upload_id)
@@ -308,3 +451,36 @@ class UploadOps(WriteOps):
 
         states = [s for s in await bounded_gather(16, ids, load) if s is not None]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
+
+
+def store_uncompressed(
+    ctx: ObjectContext, settings: TransformSettings, segment: SegmentInfo, stored: bytes
+) -> tuple[SegmentInfo, bytes]:
+    """A stored segment stored again without compression (under a fresh salt, so no nonce is reused):
+    a part at least the minimum part size before compression is then at least that size stored."""
+    view = memoryview(stored)
+    alone = build_manifest(
+        ctx,
+        settings,
+        [segment],
+        etag=segment.md5.hex(),
+        md5=None,
+        content_type=None,
+        metadata={},
+        headers={},
+    )
+    decoder = ChunkDecoder(alone, ctx)
+    encoder = SegmentEncoder(
+        ctx, dataclasses.replace(settings, compression="off"), segment.segment_no, object_start=False
+    )
+    out = bytearray()
+    for ref in alone.index:
+        for chunk in encoder.feed(
+            decoder.decode(ref, view[ref.stored_offset : ref.stored_offset + ref.stored_len])
+        ):
+            out += chunk
+    for chunk in encoder.finish():
+        out += chunk
+    if encoder.info.md5 != segment.md5:
+        raise errors.InternalError("A stored part does not decode to what was uploaded.")
+    return encoder.info, bytes(out)

@@ -91,13 +91,23 @@ class PartRecord:
     part_no: int
     etag: str
     size: int
-    data_key: str
+    data_key: str  # the part's stored bytes as an object of their own; "" when `backend_etag` is set
     segment: SegmentInfo
     last_modified: datetime
+    # The ETag of the backend multipart part (number `part_no` of the upload's `backend_upload`) that
+    # holds the stored bytes, when they went there straight; None when they are at `data_key`.
+    backend_etag: str | None = None
 
     def to_bytes(self) -> bytes:
-        head = json.dumps({"part": self.part_no, "etag": self.etag, "size": self.size, "data": self.data_key})
-        return head.encode() + b"\n" + self.segment.to_bytes()
+        fields: dict[str, object] = {
+            "part": self.part_no,
+            "etag": self.etag,
+            "size": self.size,
+            "data": self.data_key,
+        }
+        if self.backend_etag is not None:
+            fields["backend_etag"] = self.backend_etag
+        return json.dumps(fields).encode() + b"\n" + self.segment.to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, last_modified: datetime) -> PartRecord:
@@ -110,6 +120,7 @@ class PartRecord:
             fields["data"],
             SegmentInfo.from_bytes(seg),
             last_modified,
+            fields.get("backend_etag"),
         )
 
 
@@ -125,21 +136,25 @@ class UploadState:
     metadata: dict[str, str]
     headers: dict[str, str]
     initiated: datetime
+    # The backend multipart upload at the object's own key that parts go to straight (None: every part
+    # is kept as an object of its own until completion, as uploads begun by older versions are).
+    backend_upload: str | None = None
 
     def to_bytes(self) -> bytes:
         s = self.settings
-        return json.dumps(
-            {
-                "upload_id": self.upload_id,
-                "key": self.key,
-                "ctx": base64.b64encode(self.ctx_state).decode(),
-                "settings": [s.chunk_size, s.compression, s.level, s.encryption],
-                "content_type": self.content_type,
-                "metadata": self.metadata,
-                "headers": self.headers,
-                "initiated": self.initiated.isoformat(),
-            }
-        ).encode()
+        fields: dict[str, object] = {
+            "upload_id": self.upload_id,
+            "key": self.key,
+            "ctx": base64.b64encode(self.ctx_state).decode(),
+            "settings": [s.chunk_size, s.compression, s.level, s.encryption],
+            "content_type": self.content_type,
+            "metadata": self.metadata,
+            "headers": self.headers,
+            "initiated": self.initiated.isoformat(),
+        }
+        if self.backend_upload is not None:
+            fields["backend_upload"] = self.backend_upload
+        return json.dumps(fields).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UploadState:
@@ -156,6 +171,7 @@ class UploadState:
             f["metadata"],
             f["headers"],
             datetime.fromisoformat(f["initiated"]),
+            f.get("backend_upload"),
         )
 
 
