@@ -271,7 +271,9 @@ class UploadOps(WriteOps):
         )
         dst = self.ns.object(bucket, key)
         if state.backend_upload is not None and any(r.backend_etag is not None for r in chosen):
-            info, manifest, meta = await self._complete_in_place(bucket, dst, state, ctx, chosen, manifest)
+            info, manifest, meta = await self._complete_in_place(
+                bucket, dst, state, ctx, records, chosen, manifest
+            )
         else:
             tail = await self._cpu("store", encode_tail, manifest, ctx)
             root = self.ns.root(bucket)
@@ -299,72 +301,160 @@ class UploadOps(WriteOps):
         dst: Location,
         state: UploadState,
         ctx: ObjectContext,
+        records: Sequence[PartRecord],
         chosen: Sequence[PartRecord],
         manifest: Manifest,
     ) -> tuple[ObjectInfo, Manifest, dict[str, str]]:
         """Complete the backend upload the parts went to: parts kept aside are copied in (or, when
         compression shrank them below the minimum part size, stored again uncompressed), the tail is
-        uploaded after the last part, and nothing is downloaded but a small last part."""
+        uploaded after the last part, and nothing is downloaded but a small last part.
+
+        The parts this completion uploads itself take backend part numbers that no part sent straight
+        holds, the tail's chosen at random among the free ones after the last part: two overlapping
+        completions of one upload do not overwrite each other's parts. The one whose backend Complete
+        lands second finds the backend upload gone and builds its object from the first one's (see
+        _complete_after_another).
+        """
         backend = multipart_of(self.backend)
         upload = state.backend_upload
         assert upload is not None
         root = self.ns.root(bucket)
+        straight = {r.part_no for r in records if r.backend_etag is not None}
         parts: list[tuple[int, str]] = []
         segments: list[SegmentInfo] = []
+        last_bytes: bytes | None = None  # the last part's stored bytes, when this completion holds them
+        *middle, last = chosen
+        try:
+            for r in middle:
+                seg, etag = r.segment, r.backend_etag
+                if etag is None and seg.stored_size >= backend.min_part_size:
+                    end = seg.stored_size - 1
+                    etag = await backend.upload_part_copy(
+                        dst.bucket, dst.key, upload, r.part_no, root.bucket, r.data_key, 0, end
+                    )
+                elif etag is None:
+                    stored = await self._part_bytes(root.bucket, r)
+                    seg, data = await self._cpu("store", store_uncompressed, ctx, state.settings, seg, stored)
+                    etag = await backend.upload_part(dst.bucket, dst.key, upload, r.part_no, data)
+                parts.append((r.part_no, etag))
+                segments.append(seg)
+            segments.append(last.segment)
+            if segments != [r.segment for r in chosen]:
+                manifest = build_manifest(
+                    ctx,
+                    state.settings,
+                    segments,
+                    etag=manifest.etag,
+                    md5=None,
+                    content_type=state.content_type,
+                    metadata=state.metadata,
+                    headers=state.headers,
+                )
+            tail = await self._cpu("store", encode_tail, manifest, ctx)
+
+            def free_number() -> int:
+                after = parts[-1][0] if parts else 0
+                free = [n for n in range(after + 1, MAX_PARTS + 1) if n not in straight]
+                if not free:
+                    raise errors.InternalError("No backend part number is left for the object's tail.")
+                return free[secrets.randbelow(len(free))] if len(free) > 1 else free[0]
+
+            if last.backend_etag is None and last.segment.stored_size <= self.part_size:
+                last_bytes = await self._part_bytes(root.bucket, last)
+                no = free_number()
+                etag = await backend.upload_part(dst.bucket, dst.key, upload, no, last_bytes + tail)
+                parts.append((no, etag))
+            else:
+                if last.backend_etag is not None:
+                    parts.append((last.part_no, last.backend_etag))
+                else:
+                    no, end = free_number(), last.segment.stored_size - 1
+                    etag = await backend.upload_part_copy(
+                        dst.bucket, dst.key, upload, no, root.bucket, last.data_key, 0, end
+                    )
+                    parts.append((no, etag))
+                no = free_number()
+                parts.append((no, await backend.upload_part(dst.bucket, dst.key, upload, no, tail)))
+            info = await backend.complete_multipart(dst.bucket, dst.key, upload, parts)
+        except errors.NoSuchUpload:
+            # Another completion of this upload landed first and took the backend upload with it.
+            return await self._complete_after_another(bucket, dst, state, ctx, chosen, last_bytes)
+        return info, manifest, {META_FORMAT: "1"}
+
+    async def _complete_after_another(
+        self,
+        bucket: str,
+        dst: Location,
+        state: UploadState,
+        ctx: ObjectContext,
+        chosen: Sequence[PartRecord],
+        last_bytes: bytes | None,
+    ) -> tuple[ObjectInfo, Manifest, dict[str, str]]:
+        """The slow path of overlapping completions: the parts sent straight now live only in the object
+        the other completion made (if it is still there), so each chosen part is copied from there, or
+        from where it was kept aside; a part found in neither makes the upload gone (NoSuchUpload)."""
+        gone = errors.NoSuchUpload(UploadId=state.upload_id)
+        self.invalidate(bucket, state.key)
+        try:
+            other = await self.resolve(bucket, state.key)
+        except errors.NoSuchKey:
+            other = None
+        found: dict[SegmentInfo, ByteRange] = {}
+        if other is not None and other.manifest is not None:
+            offset = 0
+            for seg in other.manifest.segments:
+                found[seg] = ByteRange(other.loc, offset, offset + seg.stored_size - 1, other.backend_etag)
+                offset += seg.stored_size
+        segments = [r.segment for r in chosen]
+        etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
+        if (
+            other is not None
+            and other.manifest is not None
+            and other.ctx is not None
+            and other.ctx.to_state() == state.ctx_state
+            and other.manifest.segments == tuple(segments)
+        ):
+            # The other completion made what this one would (a repeat of the same Complete): it answers.
+            info = await self.backend.head(dst.bucket, dst.key)
+            if info.etag == other.backend_etag:
+                return info, other.manifest, dict(other.backend_metadata)
+        root = self.ns.root(bucket)
+        pieces: list[ByteRange] = []
         *middle, last = chosen
         for r in middle:
-            seg, etag = r.segment, r.backend_etag
-            if etag is None and seg.stored_size >= backend.min_part_size:
-                etag = await backend.upload_part_copy(
-                    dst.bucket, dst.key, upload, r.part_no, root.bucket, r.data_key, 0, seg.stored_size - 1
-                )
-            elif etag is None:
-                stored = await self._part_bytes(root.bucket, r)
-                seg, data = await self._cpu("store", store_uncompressed, ctx, state.settings, seg, stored)
-                etag = await backend.upload_part(dst.bucket, dst.key, upload, r.part_no, data)
-            parts.append((r.part_no, etag))
-            segments.append(seg)
-        segments.append(last.segment)
-        if segments != [r.segment for r in chosen]:
-            manifest = build_manifest(
-                ctx,
-                state.settings,
-                segments,
-                etag=manifest.etag,
-                md5=None,
-                content_type=state.content_type,
-                metadata=state.metadata,
-                headers=state.headers,
-            )
+            piece = found.get(r.segment)
+            if piece is None and r.data_key:
+                piece = ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
+            if piece is None:
+                raise gone
+            pieces.append(piece)
+        manifest = build_manifest(
+            ctx,
+            state.settings,
+            segments,
+            etag=etag,
+            md5=None,
+            content_type=state.content_type,
+            metadata=state.metadata,
+            headers=state.headers,
+        )
         tail = await self._cpu("store", encode_tail, manifest, ctx)
-        if last.backend_etag is None and last.segment.stored_size <= self.part_size:
-            data = await self._part_bytes(root.bucket, last)
-            parts.append(
-                (
-                    last.part_no,
-                    await backend.upload_part(dst.bucket, dst.key, upload, last.part_no, data + tail),
-                )
-            )
-        else:
-            if last.backend_etag is not None:
-                parts.append((last.part_no, last.backend_etag))
-            elif last.part_no < MAX_PARTS:
-                end = last.segment.stored_size - 1
-                etag = await backend.upload_part_copy(
-                    dst.bucket, dst.key, upload, last.part_no, root.bucket, last.data_key, 0, end
-                )
-                parts.append((last.part_no, etag))
-            else:
-                raise errors.InternalError("A last part numbered 10000 is too big to take the object's tail.")
-            # Parts that went straight in are never the last part number (see upload_part).
-            parts.append(
-                (
-                    last.part_no + 1,
-                    await backend.upload_part(dst.bucket, dst.key, upload, last.part_no + 1, tail),
-                )
-            )
-        info = await backend.complete_multipart(dst.bucket, dst.key, upload, parts)
-        return info, manifest, {META_FORMAT: "1"}
+        piece = found.get(last.segment)
+        if piece is None and last_bytes is not None:
+            tail = last_bytes + tail
+        elif piece is None and last.data_key:
+            piece = ByteRange(Location(root.bucket, last.data_key), 0, last.segment.stored_size - 1)
+        elif piece is None:
+            raise gone
+        if piece is not None:
+            pieces.append(piece)
+        meta = manifest.backend_metadata(len(tail))
+        try:
+            pieces = [p for p in pieces if p.last >= p.first]
+            info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+        except (errors.NoSuchKey, errors.PreconditionFailed):
+            raise gone from None  # what it was to be built from is gone or replaced meanwhile
+        return info, manifest, meta
 
     async def _part_bytes(self, backend_bucket: str, record: PartRecord) -> bytes:
         """The stored bytes of a part kept as an object of its own."""
