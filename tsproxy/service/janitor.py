@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 
 from tsproxy import errors
@@ -151,13 +151,11 @@ class Janitor:
         multipart = backend if isinstance(backend, MultipartCapable) else None
         uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
         sweep = plan_sweep(internal, root.key, uploads, now, self.age, COMPLETED_UPLOAD_TTL.total_seconds())
-        gone: set[str] = set()  # backend uploads aborted with the client upload they belonged to
         for upload in sweep.uploads:
-            gone |= await self._remove_upload(bucket, root.bucket, upload, run)
+            await self._remove_upload(bucket, root.bucket, upload, sweep.attached.get(upload.upload_id), run)
         await self._delete(root.bucket, list(sweep.completed), "upload_state", run)
         await self._delete(root.bucket, list(sweep.temporary), "temporary", run)
-        abortable = [u for u in await self._abortable(bucket, sweep) if u.upload_id not in gone]
-        await self._abort(bucket, root.bucket, abortable, run)
+        await self._abort(bucket, root.bucket, await self._abortable(bucket, sweep), run)
 
     async def _abortable(self, bucket: str, sweep: Sweep) -> list[UploadInfo]:
         """The old backend uploads minus those at the key a live client upload completes to."""
@@ -176,14 +174,18 @@ class Janitor:
         return [u for u in sweep.backend_uploads if u not in at_keys or u in spared]
 
     async def _remove_upload(
-        self, bucket: str, backend_bucket: str, seen: UploadLeftover, run: JanitorRun
-    ) -> set[str]:
-        """Remove an idle client upload: its state first (the upload is then gone), the rest after.
-
-        Returns the ids of the backend uploads aborted with it."""
+        self,
+        bucket: str,
+        backend_bucket: str,
+        seen: UploadLeftover,
+        straight: UploadInfo | None,
+        run: JanitorRun,
+    ) -> None:
+        """Remove an idle client upload: its state first (the upload is then gone), then the backend
+        upload its parts went straight into (`straight`), then the rest."""
         listed = await list_keys(self.backend, backend_bucket, seen.prefix)
         if not listed:
-            return set()
+            return
         upload = UploadLeftover(
             seen.upload_id, seen.prefix, len(listed), sum(i.size for i in listed),
             max(i.modified for i in listed), any(i.key == seen.state_key for i in listed),
@@ -191,18 +193,15 @@ class Janitor:
         )  # fmt: skip
         now = self.clock()
         if not upload.idle(now, self.age):  # touched since the sweep listed it: live after all
-            return set()
+            return
         keys = list(upload.keys)
         # This instance's cached state would keep the upload alive here (UploadPart, ListParts) after
         # every other instance calls it gone.
         self.service._uploads.pop(upload.upload_id)
-        straight: UploadInfo | None = None
         if upload.has_state:
-            straight = await self._straight_upload(bucket, backend_bucket, upload.state_key)
             keys.remove(upload.state_key)
             await self._delete(backend_bucket, [upload.state_key], "upload_state", run)
         if straight is not None:
-            # The backend upload its in-order parts went straight into goes with it.
             await self._abort(bucket, backend_bucket, [straight], run)
         await self._delete(backend_bucket, keys, "upload_state", run)
         log.info(
@@ -217,19 +216,6 @@ class Janitor:
                 }
             },
         )
-        return {straight.upload_id} if straight is not None else set()
-
-    async def _straight_upload(self, bucket: str, backend_bucket: str, state_key: str) -> UploadInfo | None:
-        """The backend multipart upload a client upload's state names, if any."""
-        try:
-            _, data = await self.backend.get_bytes(backend_bucket, state_key)
-            state = UploadState.from_bytes(data)
-        except (errors.NoSuchKey, ValueError, KeyError, TypeError):
-            return None
-        if state.backend_upload is None:
-            return None
-        key = self.service.ns.object(bucket, state.key).key
-        return UploadInfo(key, state.backend_upload, datetime.fromtimestamp(0, UTC))
 
     async def _sweep_probes(self, home: Location, now: float, run: JanitorRun) -> None:
         listed = await list_keys(self.backend, home.bucket, home.key + INTERNAL + PROBES)

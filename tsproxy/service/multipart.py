@@ -40,10 +40,12 @@ from tsproxy.service.core import (
 )
 from tsproxy.service.namespace import Location
 from tsproxy.service.records import (
+    MAX_UPLOAD_ID,
     ByteRange,
     PartRecord,
     StoredObject,
     UploadState,
+    straight_upload_id,
 )
 from tsproxy.service.writes import WriteOps
 from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
@@ -104,14 +106,15 @@ class UploadOps(WriteOps):
     ) -> str:
         await self.head_bucket(bucket)
         ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
-        upload_id = secrets.token_urlsafe(24)
-        backend_upload: str | None = None
+        token = secrets.token_urlsafe(24)
+        upload_id, backend_upload = token, None
         if isinstance(self.backend, MultipartCapable):
             # Parts go straight into this upload; until it completes nothing is visible at the key.
             dst = self.ns.object(bucket, key)
             backend_upload = await self.backend.create_multipart(
                 dst.bucket, dst.key, metadata={META_FORMAT: "1"}, content_type=content_type
             )
+            upload_id = straight_upload_id(token, backend_upload)
         state = UploadState(
             upload_id,
             key,
@@ -137,7 +140,7 @@ class UploadOps(WriteOps):
     async def _upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
         state = self._uploads.get(upload_id)
         if state is None:
-            if not upload_id or "/" in upload_id or len(upload_id) > 128:
+            if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
                 raise errors.NoSuchUpload(UploadId=upload_id)
             loc = self._upload_loc(bucket, upload_id, "state")
             try:
@@ -471,7 +474,7 @@ class UploadOps(WriteOps):
             await multipart_of(self.backend).abort_multipart(dst.bucket, dst.key, state.backend_upload)
 
     async def _completed_upload(self, bucket: str, upload_id: str) -> CompletedUpload | None:
-        if not upload_id or "/" in upload_id or len(upload_id) > 128:
+        if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
             return None
         loc = self._completed_loc(bucket, upload_id)
         try:

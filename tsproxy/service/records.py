@@ -124,6 +124,30 @@ class PartRecord:
         )
 
 
+# A client upload id is a random token; one whose parts go straight into a backend multipart upload
+# carries that upload's id after it (`<token>.<backend upload id, base64url without padding>`), so a bare
+# listing of the reserved namespace tells which backend upload belongs to which client upload.
+_STRAIGHT_SEPARATOR = "."
+MAX_UPLOAD_ID = 1024
+
+
+def straight_upload_id(token: str, backend_upload: str) -> str:
+    """The client upload id of an upload whose parts go straight into `backend_upload`."""
+    encoded = base64.urlsafe_b64encode(backend_upload.encode()).decode().rstrip("=")
+    return f"{token}{_STRAIGHT_SEPARATOR}{encoded}"
+
+
+def backend_upload_of(upload_id: str) -> str | None:
+    """The backend upload a client upload id names (see straight_upload_id), or None."""
+    _, sep, encoded = upload_id.partition(_STRAIGHT_SEPARATOR)
+    if not sep or not encoded:
+        return None
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 @dataclass(frozen=True)
 class UploadState:
     """A multipart upload in progress: what CreateMultipartUpload decided, kept in the backend."""
