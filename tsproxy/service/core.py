@@ -120,6 +120,9 @@ class ServiceCore:
         # (backend bucket, key of a part record) -> (its backend ETag, the record): the records this
         # instance wrote need no GET at completion while the listing shows them unchanged.
         self._part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
+        # The stored bytes of the small parts kept in those records (each below the backend's minimum
+        # part size): a completion by this instance needs not read them back.
+        self._inline_parts: TtlCache[tuple[str, str], bytes] = TtlCache(16, 0)
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
 

@@ -30,7 +30,7 @@ from tsproxy.format import (
     encode_tail,
 )
 from tsproxy.format.manifest import META_FORMAT, Manifest
-from tsproxy.s3.limits import MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
+from tsproxy.s3.limits import MAX_DELETE_KEYS, MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
 from tsproxy.service.core import (
     bounded_gather,
     buffer_head,
@@ -45,7 +45,9 @@ from tsproxy.service.records import (
     PartRecord,
     StoredObject,
     UploadState,
+    backend_upload_of,
     straight_upload_id,
+    upload_token,
 )
 from tsproxy.service.writes import WriteOps
 from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
@@ -54,6 +56,8 @@ from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
 # (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
 # records older than that.
 COMPLETED_UPLOAD_TTL = timedelta(hours=1)
+# Backend metadata naming the client upload (its id's random token) an object was completed from.
+META_UPLOAD = "tsproxy-upload"
 COMPLETED_SWEEP_INTERVAL = 600.0
 
 
@@ -104,15 +108,17 @@ class UploadOps(WriteOps):
         metadata: Mapping[str, str],
         headers: Mapping[str, str],
     ) -> str:
-        await self.head_bucket(bucket)
+        straight = isinstance(self.backend, MultipartCapable)
+        if self.ns.mapped or not straight:
+            await self.head_bucket(bucket)  # else the backend upload's creation says NoSuchBucket
         ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
         token = secrets.token_urlsafe(24)
         upload_id, backend_upload = token, None
-        if isinstance(self.backend, MultipartCapable):
+        if straight:
             # Parts go straight into this upload; until it completes nothing is visible at the key.
             dst = self.ns.object(bucket, key)
-            backend_upload = await self.backend.create_multipart(
-                dst.bucket, dst.key, metadata={META_FORMAT: "1"}, content_type=content_type
+            backend_upload = await multipart_of(self.backend).create_multipart(
+                dst.bucket, dst.key, metadata=straight_metadata(token), content_type=content_type
             )
             upload_id = straight_upload_id(token, backend_upload)
         state = UploadState(
@@ -172,18 +178,23 @@ class UploadOps(WriteOps):
                     yield item
 
         record: PartRecord | None = None
-        if state.backend_upload is not None and part_no < MAX_PARTS:
+        if state.backend_upload is not None:
             # Held whole up to one backend part (as a streamed PUT holds one): then it is known whether
             # it is big enough to be a backend part of its own.
             head, rest = await buffer_head(stored(), self.part_size)
             backend = multipart_of(self.backend)
-            if rest is None and len(head) >= backend.min_part_size:
-                dst = self.ns.object(bucket, key)
-                etag = await backend.upload_part(dst.bucket, dst.key, state.backend_upload, part_no, head)
-                seg = result["segment"]
-                modified = datetime.now(UTC)
-                record = PartRecord(part_no, seg.md5.hex(), seg.original_size, "", seg, modified, etag)
-            else:
+            if rest is None:
+                seg, modified = result["segment"], datetime.now(UTC)
+                if len(head) >= backend.min_part_size and part_no < MAX_PARTS:
+                    dst = self.ns.object(bucket, key)
+                    etag = await backend.upload_part(dst.bucket, dst.key, state.backend_upload, part_no, head)
+                    record = PartRecord(part_no, seg.md5.hex(), seg.original_size, "", seg, modified, etag)
+                elif len(head) < backend.min_part_size:
+                    # Too small to be a backend part but the last: kept in its record (one PUT).
+                    record = PartRecord(
+                        part_no, seg.md5.hex(), seg.original_size, "", seg, modified, None, head
+                    )
+            if record is None:
                 body: bytes | AsyncIterator[bytes] = head if rest is None else chain(head, rest)
                 info = await self.backend.put(data_loc.bucket, data_loc.key, body)
         else:
@@ -200,32 +211,44 @@ class UploadOps(WriteOps):
             if record.data_key:
                 await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
-        self._part_records.put((info_loc.bucket, info_loc.key), (written.etag, record))
+        self._part_records.put((info_loc.bucket, info_loc.key), (written.etag, record_alone(record)))
+        if record.inline:
+            self._inline_parts.put((info_loc.bucket, info_loc.key), record.inline)
         return record
 
     async def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[UploadState, list[PartRecord]]:
+        state, records, _ = await self._list_upload(bucket, key, upload_id)
+        return state, records
+
+    async def _list_upload(
+        self, bucket: str, key: str, upload_id: str
+    ) -> tuple[UploadState, list[PartRecord], list[str]]:
+        """The upload's state, its parts' records (by part number) and every key it holds."""
         state = await self._upload_state(bucket, key, upload_id)
         prefix = self._upload_loc(bucket, upload_id)
-        infos: list[ObjectInfo] = []
+        listed: list[ObjectInfo] = []
         token: str | None = None
         while True:
             page = await self.backend.list(
                 prefix.bucket, prefix=prefix.key, token=token, max_keys=MAX_LIST_KEYS
             )
-            infos += [o for o in page.objects if o.key.endswith(".info")]
+            listed += page.objects
             if not page.is_truncated:
                 break
             token = page.next_token
 
         async def load(o: ObjectInfo) -> PartRecord:
-            known = self._part_records.get((prefix.bucket, o.key))
+            where = (prefix.bucket, o.key)
+            known = self._part_records.get(where)
             if known is not None and known[0] == o.etag:
-                return dataclasses.replace(known[1], last_modified=o.last_modified)
+                inline = self._inline_parts.get(where) if known[1].kept_inline else None
+                if inline is not None or not known[1].kept_inline:
+                    return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
             _, data = await self.backend.get_bytes(prefix.bucket, o.key)
             return PartRecord.from_bytes(data, o.last_modified)
 
-        records = await bounded_gather(16, infos, load)
-        return state, sorted(records, key=lambda r: r.part_no)
+        records = await bounded_gather(16, [o for o in listed if o.key.endswith(".info")], load)
+        return state, sorted(records, key=lambda r: r.part_no), [o.key for o in listed]
 
     def _completed_loc(self, bucket: str, upload_id: str = "") -> Location:
         return self.ns.internal(bucket, f"mpu-done/{upload_id}")
@@ -239,13 +262,65 @@ class UploadOps(WriteOps):
         """
         if not parts:
             raise errors.MalformedXML()
+        known = self._known_upload(bucket, key, upload_id, parts)
+        if known is not None:
+            try:
+                return await self._complete_from(bucket, key, upload_id, parts, *known)
+            except errors.InvalidPart:
+                pass  # a part was sent again through another instance meanwhile: read what is stored
         try:
-            state, records = await self.list_parts(bucket, key, upload_id)
+            state, records, keys = await self._list_upload(bucket, key, upload_id)
         except errors.NoSuchUpload:
-            done = await self._completed_upload(bucket, upload_id)
+            done = await self._completed_upload(bucket, key, upload_id, parts)
             if done is not None and done.answers(key, parts, datetime.now(UTC)):
                 return done
             raise
+        return await self._complete_from(bucket, key, upload_id, parts, state, records, keys)
+
+    def _known_upload(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> tuple[UploadState, list[PartRecord], list[str]] | None:
+        """The state, the named parts' records and the keys of a straight upload whose named parts this
+        instance received (as the Complete names them, and at least one sent straight), or None.
+
+        Such a completion needs no listing: should another instance have received one of the parts again
+        meanwhile, the backend upload no longer holds the part its record names and the backend's
+        Complete fails (InvalidPart), and the completion starts over from a listing. Objects of the
+        upload that this instance did not write (parts sent through another, or left out) are left to
+        the janitor.
+        """
+        state = self._uploads.get(upload_id)
+        if state is None or state.key != key or state.backend_upload is None:
+            return None
+        records: list[PartRecord] = []
+        keys = [self._upload_loc(bucket, upload_id, "state").key]
+        for no, etag in parts:
+            loc = self._upload_loc(bucket, upload_id, f"{no:05d}.info")
+            known = self._part_records.get((loc.bucket, loc.key))
+            if known is None or known[1].etag != etag.strip('"'):
+                return None
+            record = known[1]
+            if record.kept_inline:
+                inline = self._inline_parts.get((loc.bucket, loc.key))
+                if inline is None:
+                    return None
+                record = dataclasses.replace(record, inline=inline)
+            records.append(record)
+            keys += [loc.key, record.data_key] if record.data_key else [loc.key]
+        if not any(r.backend_etag is not None for r in records):
+            return None  # completed by copying: that needs to know the parts are still there
+        return state, records, keys
+
+    async def _complete_from(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        state: UploadState,
+        records: Sequence[PartRecord],
+        keys: Sequence[str],
+    ) -> CompletedUpload:
         by_no = {r.part_no: r for r in records}
         chosen: list[PartRecord] = []
         for i, (no, etag) in enumerate(parts):
@@ -279,24 +354,34 @@ class UploadOps(WriteOps):
             )
         else:
             tail = await self._cpu("store", encode_tail, manifest, ctx)
-            root = self.ns.root(bucket)
-            pieces = [
-                ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
-                for r in chosen
-                if r.segment.stored_size
-            ]
+            pieces = [self._kept(bucket, upload_id, r) for r in chosen if r.segment.stored_size]
             meta = manifest.backend_metadata(len(tail))
+            if state.backend_upload is not None:
+                meta[META_UPLOAD] = upload_token(upload_id)
             info = await self.assemble(dst, pieces, tail, meta, state.content_type)
             await quietly(self._abort_backend_upload(bucket, state))
         self.invalidate(bucket, key)
         self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
         done = CompletedUpload(key, etag, tuple(parts), datetime.now(UTC))
-        # The record goes in before the upload's state goes: a retry finds one or the other.
-        done_loc = self._completed_loc(bucket, upload_id)
-        await quietly(self.backend.put(done_loc.bucket, done_loc.key, done.to_bytes()))
-        await quietly(self._drop_upload(bucket, upload_id))
-        await quietly(self._sweep_completed(bucket))
+        if state.backend_upload is None:
+            # The record goes in before the upload's state goes: a retry finds one or the other. (The
+            # object of a straight upload names its upload itself.)
+            done_loc = self._completed_loc(bucket, upload_id)
+            await quietly(self.backend.put(done_loc.bucket, done_loc.key, done.to_bytes()))
+            await quietly(self._sweep_completed(bucket))
+        await quietly(self._drop_upload(bucket, upload_id, keys))
         return done
+
+    def _kept(self, bucket: str, upload_id: str, record: PartRecord) -> ByteRange:
+        """Where the stored bytes of a part not sent straight are: its data object, or its record."""
+        root = self.ns.root(bucket)
+        size = record.segment.stored_size
+        if record.data_key:
+            return ByteRange(Location(root.bucket, record.data_key), 0, size - 1)
+        if not record.kept_inline:
+            raise errors.InternalError("A part sent straight has no stored bytes of its own.")
+        info = self._upload_loc(bucket, upload_id, f"{record.part_no:05d}.info")
+        return ByteRange(info, record.inline_offset, record.inline_offset + size - 1)
 
     async def _complete_in_place(
         self,
@@ -382,7 +467,7 @@ class UploadOps(WriteOps):
         except errors.NoSuchUpload:
             # Another completion of this upload landed first and took the backend upload with it.
             return await self._complete_after_another(bucket, dst, state, ctx, chosen, last_bytes)
-        return info, manifest, {META_FORMAT: "1"}
+        return info, manifest, straight_metadata(upload_token(state.upload_id))
 
     async def _complete_after_another(
         self,
@@ -421,13 +506,12 @@ class UploadOps(WriteOps):
             info = await self.backend.head(dst.bucket, dst.key)
             if info.etag == other.backend_etag:
                 return info, other.manifest, dict(other.backend_metadata)
-        root = self.ns.root(bucket)
         pieces: list[ByteRange] = []
         *middle, last = chosen
         for r in middle:
             piece = found.get(r.segment)
-            if piece is None and r.data_key:
-                piece = ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
+            if piece is None and r.backend_etag is None:
+                piece = self._kept(bucket, state.upload_id, r)
             if piece is None:
                 raise gone
             pieces.append(piece)
@@ -445,13 +529,13 @@ class UploadOps(WriteOps):
         piece = found.get(last.segment)
         if piece is None and last_bytes is not None:
             tail = last_bytes + tail
-        elif piece is None and last.data_key:
-            piece = ByteRange(Location(root.bucket, last.data_key), 0, last.segment.stored_size - 1)
+        elif piece is None and last.backend_etag is None:
+            piece = self._kept(bucket, state.upload_id, last)
         elif piece is None:
             raise gone
         if piece is not None:
             pieces.append(piece)
-        meta = manifest.backend_metadata(len(tail))
+        meta = manifest.backend_metadata(len(tail)) | {META_UPLOAD: upload_token(state.upload_id)}
         try:
             pieces = [p for p in pieces if p.last >= p.first]
             info = await self.assemble(dst, pieces, tail, meta, state.content_type)
@@ -460,10 +544,13 @@ class UploadOps(WriteOps):
         return info, manifest, meta
 
     async def _part_bytes(self, backend_bucket: str, record: PartRecord) -> bytes:
-        """The stored bytes of a part kept as an object of its own."""
-        if not record.segment.stored_size:
+        """The stored bytes of a part not sent straight (kept in its record, or an object of its own)."""
+        if record.inline is not None:
+            data = record.inline
+        elif not record.segment.stored_size:
             return b""
-        _, data = await self.backend.get_bytes(backend_bucket, record.data_key)
+        else:
+            _, data = await self.backend.get_bytes(backend_bucket, record.data_key)
         if len(data) != record.segment.stored_size:
             raise errors.InternalError("A stored part is not the size its record says.")
         return data
@@ -473,9 +560,24 @@ class UploadOps(WriteOps):
             dst = self.ns.object(bucket, state.key)
             await multipart_of(self.backend).abort_multipart(dst.bucket, dst.key, state.backend_upload)
 
-    async def _completed_upload(self, bucket: str, upload_id: str) -> CompletedUpload | None:
+    async def _completed_upload(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> CompletedUpload | None:
+        """What a Complete of the upload answered, if it succeeded: for a straight upload, the object at
+        `key` when that object names the upload and has the ETag these parts make; for another, the
+        completed-upload record."""
         if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
             return None
+        if backend_upload_of(upload_id) is not None:
+            try:
+                obj = await self.resolve(bucket, key)
+                md5s = b"".join(bytes.fromhex(etag.strip('"')) for _, etag in parts)
+            except (errors.NoSuchKey, ValueError):
+                obj = None
+            if obj is not None and obj.backend_metadata.get(META_UPLOAD) == upload_token(upload_id):
+                etag = hashlib.md5(md5s).hexdigest() + f"-{len(parts)}"
+                if obj.etag == etag:
+                    return CompletedUpload(key, etag, tuple(parts), obj.last_modified)
         loc = self._completed_loc(bucket, upload_id)
         try:
             _, data = await self.backend.get_bytes(loc.bucket, loc.key)
@@ -510,9 +612,15 @@ class UploadOps(WriteOps):
         await self._drop_upload(bucket, upload_id)
         await quietly(self._abort_backend_upload(bucket, state))
 
-    async def _drop_upload(self, bucket: str, upload_id: str) -> None:
+    async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
+        """Delete the upload's objects: `keys` when the caller has just listed them, else as listed now
+        (a part that arrives after that listing is left to the janitor)."""
         self._uploads.pop(upload_id)
         prefix = self._upload_loc(bucket, upload_id)
+        if keys is not None:
+            for start in range(0, len(keys), MAX_DELETE_KEYS):
+                await self.backend.delete_many(prefix.bucket, list(keys[start : start + MAX_DELETE_KEYS]))
+            return
         while True:
             page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=MAX_LIST_KEYS)
             keys = [o.key for o in page.objects]
@@ -544,6 +652,18 @@ class UploadOps(WriteOps):
 
         states = [s for s in await bounded_gather(16, ids, load) if s is not None]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
+
+
+def record_alone(record: PartRecord) -> PartRecord:
+    """A part record without the stored bytes it may keep (what the record cache holds)."""
+    return dataclasses.replace(record, inline=None) if record.inline is not None else record
+
+
+def straight_metadata(token: str) -> dict[str, str]:
+    """The backend metadata of an object completed from a straight backend upload, set when that upload
+    begins (its size, ETag and tail length are not known yet): the format, and the client upload it
+    came from, so that a repeated CompleteMultipartUpload can be answered from the object itself."""
+    return {META_FORMAT: "1", META_UPLOAD: token}
 
 
 def store_uncompressed(

@@ -91,14 +91,21 @@ class PartRecord:
     part_no: int
     etag: str
     size: int
-    data_key: str  # the part's stored bytes as an object of their own; "" when `backend_etag` is set
+    data_key: str  # the part's stored bytes as an object of their own; "" when straight or inline
     segment: SegmentInfo
     last_modified: datetime
     # The ETag of the backend multipart part (number `part_no` of the upload's `backend_upload`) that
     # holds the stored bytes, when they went there straight; None when they are at `data_key`.
     backend_etag: str | None = None
+    # The stored bytes themselves, for a part small enough to be kept in its `.info` object (after the
+    # segment): one PUT instead of a data object and a record.
+    inline: bytes | None = field(default=None, compare=False, repr=False)
 
-    def to_bytes(self) -> bytes:
+    @property
+    def kept_inline(self) -> bool:
+        return not self.data_key and self.backend_etag is None
+
+    def _head(self, inline: int | None) -> bytes:
         fields: dict[str, object] = {
             "part": self.part_no,
             "etag": self.etag,
@@ -107,12 +114,30 @@ class PartRecord:
         }
         if self.backend_etag is not None:
             fields["backend_etag"] = self.backend_etag
+        if inline is not None:
+            fields["inline"] = inline
         return json.dumps(fields).encode() + b"\n" + self.segment.to_bytes()
+
+    def to_bytes(self) -> bytes:
+        if self.inline is None:
+            return self._head(None)
+        return self._head(len(self.inline)) + self.inline
+
+    @property
+    def inline_offset(self) -> int:
+        """Where a part kept inline starts in its `.info` object (its stored size is the segment's)."""
+        return len(self._head(self.segment.stored_size))
 
     @classmethod
     def from_bytes(cls, data: bytes, last_modified: datetime) -> PartRecord:
         head, _, seg = data.partition(b"\n")
         fields = json.loads(head)
+        inline: bytes | None = None
+        if "inline" in fields:
+            size = int(fields["inline"])
+            if not 0 <= size <= len(seg):
+                raise ValueError("a part record shorter than the part it keeps")
+            seg, inline = seg[: len(seg) - size], seg[len(seg) - size :]
         return cls(
             fields["part"],
             fields["etag"],
@@ -121,6 +146,7 @@ class PartRecord:
             SegmentInfo.from_bytes(seg),
             last_modified,
             fields.get("backend_etag"),
+            inline,
         )
 
 
@@ -135,6 +161,11 @@ def straight_upload_id(token: str, backend_upload: str) -> str:
     """The client upload id of an upload whose parts go straight into `backend_upload`."""
     encoded = base64.urlsafe_b64encode(backend_upload.encode()).decode().rstrip("=")
     return f"{token}{_STRAIGHT_SEPARATOR}{encoded}"
+
+
+def upload_token(upload_id: str) -> str:
+    """The random token a client upload id begins with."""
+    return upload_id.partition(_STRAIGHT_SEPARATOR)[0]
 
 
 def backend_upload_of(upload_id: str) -> str | None:
