@@ -307,9 +307,20 @@ class UploadOps(WriteOps):
                 record = dataclasses.replace(record, inline=inline)
             records.append(record)
             keys += [loc.key, record.data_key] if record.data_key else [loc.key]
-        if not any(r.backend_etag is not None for r in records):
+        if not self._in_place(state, records):
             return None  # completed by copying: that needs to know the parts are still there
         return state, records, keys
+
+    def _in_place(self, state: UploadState, chosen: Sequence[PartRecord]) -> bool:
+        """Whether a completion of `chosen` completes the upload's own backend upload: when a part went
+        straight into it, or when no part but the last would have to be stored again (uncompressed) to
+        be a backend part (else copying keeps the parts as they are)."""
+        if state.backend_upload is None:
+            return False
+        if any(r.backend_etag is not None for r in chosen):
+            return True
+        min_part = multipart_of(self.backend).min_part_size
+        return all(r.segment.stored_size >= min_part for r in chosen[:-1])
 
     async def _complete_from(
         self,
@@ -348,7 +359,7 @@ class UploadOps(WriteOps):
             headers=state.headers,
         )
         dst = self.ns.object(bucket, key)
-        if state.backend_upload is not None and any(r.backend_etag is not None for r in chosen):
+        if self._in_place(state, chosen):
             info, manifest, meta = await self._complete_in_place(
                 bucket, dst, state, ctx, records, chosen, manifest
             )
@@ -484,11 +495,13 @@ class UploadOps(WriteOps):
         gone = errors.NoSuchUpload(UploadId=state.upload_id)
         self.invalidate(bucket, state.key)
         try:
-            other = await self.resolve(bucket, state.key)
+            other: StoredObject | None = await self.resolve(bucket, state.key)
         except errors.NoSuchKey:
             other = None
+        if other is None or other.backend_metadata.get(META_UPLOAD) != upload_token(state.upload_id):
+            raise gone  # aborted (or completed, then overwritten), not completed by another request
         found: dict[SegmentInfo, ByteRange] = {}
-        if other is not None and other.manifest is not None:
+        if other.manifest is not None:
             offset = 0
             for seg in other.manifest.segments:
                 found[seg] = ByteRange(other.loc, offset, offset + seg.stored_size - 1, other.backend_etag)
@@ -496,8 +509,7 @@ class UploadOps(WriteOps):
         segments = [r.segment for r in chosen]
         etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
         if (
-            other is not None
-            and other.manifest is not None
+            other.manifest is not None
             and other.ctx is not None
             and other.ctx.to_state() == state.ctx_state
             and other.manifest.segments == tuple(segments)
