@@ -122,7 +122,7 @@ class ServiceCore:
         self._part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
         # The stored bytes of the small parts kept in those records (each below the backend's minimum
         # part size): a completion by this instance needs not read them back.
-        self._inline_parts: TtlCache[tuple[str, str], bytes] = TtlCache(16, 0)
+        self._inline_parts: TtlCache[tuple[str, str], bytes] = TtlCache(8, 0)
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
 
