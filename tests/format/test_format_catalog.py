@@ -10,14 +10,28 @@ from hypothesis import strategies as st
 
 from tsproxy.errors import IntegrityError
 from tsproxy.format.catalog import (
+    NO_EXTRAS,
     CatalogIndex,
     CatalogRecord,
+    HeadFacts,
     catalog_object_name,
     decode_catalog,
     encode_catalog,
 )
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "catalog-v1.bin"
+GOLDEN_V1 = Path(__file__).parent.parent / "golden" / "catalog-v1.bin"
+GOLDEN = Path(__file__).parent.parent / "golden" / "catalog-v2.bin"
+
+texts = st.text(max_size=20)
+heads = st.one_of(
+    st.none(),
+    st.builds(
+        HeadFacts.of,
+        st.one_of(st.none(), texts),
+        st.dictionaries(texts, texts, max_size=3),
+        st.dictionaries(texts, texts, max_size=3),
+    ),
+)
 
 records = st.builds(
     CatalogRecord,
@@ -27,6 +41,7 @@ records = st.builds(
     original_size=st.integers(0, 1 << 45),
     client_etag=st.text(alphabet="0123456789abcdef-", min_size=1, max_size=40),
     last_modified_ms=st.integers(0, 1 << 45),
+    head=heads,
 )
 
 
@@ -40,10 +55,17 @@ def test_round_trip(rs: list[CatalogRecord]) -> None:
     assert decode_catalog(encode_catalog(rs)) == _sorted(rs)
 
 
-def _sample() -> list[CatalogRecord]:
+def _sample(with_heads: bool = True) -> list[CatalogRecord]:
+    def head(p: int) -> HeadFacts | None:
+        if not with_heads or p % 5 == 4:
+            return None  # a record written without HEAD facts
+        if p % 5 == 0:
+            return HeadFacts.of("application/x-kafka-segment", {"topic": f"t{p}"}, {"cache-control": "no"})
+        return NO_EXTRAS
+
     return [
         CatalogRecord(
-            f"topic-{p}/00000000000000{p:06d}.log", f"{p:032x}", 4096 + p, 8192 + p, f"{p:032x}-2", p
+            f"topic-{p}/00000000000000{p:06d}.log", f"{p:032x}", 4096 + p, 8192 + p, f"{p:032x}-2", p, head(p)
         )
         for p in range(40)
     ]
@@ -54,6 +76,23 @@ def test_golden_object_is_pinned() -> None:
     encoded = encode_catalog(_sample())
     assert GOLDEN.read_bytes() == encoded
     assert decode_catalog(GOLDEN.read_bytes()) == _sorted(_sample())
+
+
+def test_version_1_objects_still_decode() -> None:
+    """Catalog objects written before HEAD facts were recorded: the same records, with no HEAD facts."""
+    assert GOLDEN_V1.read_bytes()[4] == 1
+    assert decode_catalog(GOLDEN_V1.read_bytes()) == _sorted(_sample(with_heads=False))
+
+
+def test_unknown_record_flags_are_refused() -> None:
+    import zlib
+
+    data = bytearray(encode_catalog([CatalogRecord("k", "e", 1, 2, "c", 3)]))
+    assert data[-5] == 0  # the record's flags, just before the CRC
+    data[-5] = 0x04
+    data[-4:] = zlib.crc32(data[:-4]).to_bytes(4, "big")
+    with pytest.raises(IntegrityError, match="record flags"):
+        decode_catalog(bytes(data))
 
 
 def test_small_bodies_stay_raw_and_large_ones_are_compressed() -> None:

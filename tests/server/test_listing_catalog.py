@@ -167,3 +167,74 @@ def _write_straight_to_backend(
                 await backend.close()
 
         asyncio.run(put())
+
+
+def _head_view(response: dict) -> tuple:
+    return (
+        response["ContentLength"],
+        response["ETag"],
+        response["ContentType"],
+        response.get("Metadata"),
+        response.get("CacheControl"),
+        response.get("ContentDisposition"),
+        response["LastModified"],
+    )
+
+
+def test_a_head_the_catalog_describes_reads_no_tail(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """After a listing loaded the catalog, HEAD costs one backend HEAD and shows what the tail would."""
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    big = os.urandom(3 << 20)
+    writer = _instance(kind, tmp_path, request, "writer")
+    try:
+        s3 = writer.client()
+        s3.create_bucket(Bucket=bucket)
+        s3.put_object(
+            Bucket=bucket, Key="seg/big.log", Body=big, ContentType="application/x-kafka-segment",
+            Metadata={"topic": "orders", "partition": "7"}, CacheControl="no-cache",
+            ContentDisposition="attachment",
+        )  # fmt: skip
+        s3.put_object(Bucket=bucket, Key="seg/plain.log", Body=b"p" * 5000)
+        s3.put_object(Bucket=bucket, Key="seg/changed.log", Body=b"before")
+    finally:
+        writer.stop()
+    other = _instance(kind, tmp_path, request, "other")
+    reader = _instance(kind, tmp_path, request, "reader")
+    try:
+        other.client().put_object(
+            Bucket=bucket, Key="seg/changed.log", Body=b"after, elsewhere"
+        )  # not flushed
+        _listing(reader, bucket)  # loads the catalog
+        s3 = reader.client()
+        gets, heads = _backend_requests(reader, "GetObject"), _backend_requests(reader, "HeadObject")
+        views = {k: s3.head_object(Bucket=bucket, Key=k) for k in ("seg/big.log", "seg/plain.log")}
+        assert _backend_requests(reader, "GetObject") == gets, "a HEAD the catalog describes read a tail"
+        assert _backend_requests(reader, "HeadObject") == heads + 2
+        big_view = views["seg/big.log"]
+        assert big_view["ContentLength"] == len(big)
+        assert big_view["ETag"].strip('"') == hashlib.md5(big).hexdigest()
+        assert big_view["Metadata"] == {"topic": "orders", "partition": "7"}
+        assert big_view["ContentType"] == "application/x-kafka-segment"
+        assert views["seg/plain.log"]["ContentLength"] == 5000
+        # The same HEADs answered from the objects' own tails (a fresh instance with no catalog loaded).
+        fresh = _instance(kind, tmp_path, request, "fresh")
+        try:
+            for key, view in views.items():
+                assert _head_view(fresh.client().head_object(Bucket=bucket, Key=key)) == _head_view(view)
+        finally:
+            fresh.stop()
+        # An overwrite the catalog has not heard of is answered from the new object's tail.
+        changed = s3.head_object(Bucket=bucket, Key="seg/changed.log")
+        assert changed["ContentLength"] == len(b"after, elsewhere")
+        assert changed["ETag"].strip('"') == hashlib.md5(b"after, elsewhere").hexdigest()
+        # A HEAD never makes a later GET of the same object wrong.
+        assert s3.get_object(Bucket=bucket, Key="seg/big.log")["Body"].read() == big
+        other.client().delete_object(Bucket=bucket, Key="seg/plain.log")
+        with pytest.raises(s3.exceptions.ClientError) as e:
+            s3.head_object(Bucket=bucket, Key="seg/plain.log")
+        assert e.value.response["Error"]["Code"] == "404"
+    finally:
+        other.stop()
+        reader.stop()

@@ -40,7 +40,9 @@ async def test_many_writers_lose_no_record_through_compactions(backend: Backend,
                 expected.append(record)
         await asyncio.gather(*(w.flush() for w in writers))
         # Every writer compacts at once when there are many objects: the worst case for lost records.
-        await asyncio.gather(*(_catalog(backend, bucket, compact_above=4).refresh("b") for _ in range(3)))
+        compactors = [_catalog(backend, bucket, compact_above=4) for _ in range(3)]
+        await asyncio.gather(*(c.refresh("b") for c in compactors))
+        await asyncio.gather(*(c.settle() for c in compactors))  # compactions run in the background
     assert len(await _stored_catalogs(backend, bucket)) <= 8
     fresh = await _catalog(backend, bucket).refresh("b")
     for r in expected:
@@ -106,3 +108,48 @@ async def test_close_flushes_what_is_pending(backend: Backend, bucket: str, coun
         writer.wrote("b", _record(i))
     await writer.close()
     assert len(await _stored_catalogs(backend, bucket)) == count
+
+
+async def test_a_writer_that_never_lists_still_bounds_its_catalog_objects(
+    backend: Backend, bucket: str
+) -> None:
+    """A busy writer flushes often; after `compact_above` flushes of its own it folds the catalog."""
+    events: list[str] = []
+    writer = _catalog(backend, bucket, flush_interval=0.05, flush_records=1, compact_above=3)
+    writer.on_event = events.append
+    writer.start()
+    expected = []
+    try:
+        for i in range(12):
+            record = _record(i)
+            writer.wrote("b", record)
+            expected.append(record)
+            for _ in range(100):  # each record is flushed as its own object
+                if events.count("flush") > i:
+                    break
+                await asyncio.sleep(0.02)
+        for _ in range(100):
+            if len(await _stored_catalogs(backend, bucket)) <= 4:
+                break
+            await asyncio.sleep(0.05)
+        await writer.settle()
+    finally:
+        await writer.close()
+    assert events.count("flush") == 12 and events.count("compaction") >= 2
+    assert len(await _stored_catalogs(backend, bucket)) <= 4  # 12 flushes, folded on the way
+    fresh = await _catalog(backend, bucket).refresh("b")
+    for r in expected:
+        assert fresh.lookup(r.key, r.backend_etag, r.stored_size) == r
+
+
+async def test_a_listing_s_later_pages_do_not_refresh_a_recent_index(backend: Backend, bucket: str) -> None:
+    reader = _catalog(backend, bucket, refresh_interval=0.0, page_refresh_interval=3600.0)
+    await reader.refresh("b")
+    writer = _catalog(backend, bucket)
+    writer.wrote("b", _record(5))
+    await writer.flush()
+    r = _record(5)
+    later_page = await reader.refresh("b", max_age=reader.page_refresh_interval)
+    assert later_page.lookup(r.key, r.backend_etag, r.stored_size) is None  # listed by a HEAD instead
+    first_page = await reader.refresh("b")
+    assert first_page.lookup(r.key, r.backend_etag, r.stored_size) == r

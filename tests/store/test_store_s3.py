@@ -11,6 +11,7 @@ import hashlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -176,6 +177,24 @@ async def test_persistent_fault_gives_clean_error_after_max_attempts(
     assert (
         MAX_ATTEMPTS <= faulty_proxy.count("GET", fault=fault) <= (2 if fault == "drop" else 1) * MAX_ATTEMPTS
     )
+
+
+async def test_a_listing_cut_short_is_retried_whole(
+    proxied: S3Backend, faulty_proxy: FaultyProxy, recorder: Recorder, seaweed_bucket: str
+) -> None:
+    """Listings skip botocore's second XML parse; a listing cut short must still be retried, not read."""
+    for i in range(30):
+        await proxied.put(seaweed_bucket, f"list/{i:02d}", b"x" * i)
+    faulty_proxy.inject("truncate", method="GET", path=r"list-type=2", truncate_at=700, times=1)
+    page = await proxied.list(seaweed_bucket, prefix="list/")
+    assert [o.key for o in page.objects] == [f"list/{i:02d}" for i in range(30)]
+    assert [o.size for o in page.objects] == list(range(30))
+    assert [s.fault for s in faulty_proxy.seen if "list-type=2" in s.path] == ["truncate", None]
+    head = await proxied.head(seaweed_bucket, "list/07")
+    listed = page.objects[7]
+    # Timestamps parsed by the standard library: aware, UTC, the same instant HEAD reports (to the second).
+    assert listed.last_modified.tzinfo is not None and listed.last_modified.utcoffset() == timedelta(0)
+    assert abs((listed.last_modified - head.last_modified).total_seconds()) < 1
 
 
 async def test_persistent_truncation_gives_clean_error(

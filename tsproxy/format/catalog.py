@@ -10,15 +10,20 @@ the catalog: it only saves requests.
 
 Bytes of a catalog object (docs/FORMAT.md, "Size catalog"):
 
-    magic "TSPC" | u8 version (1) | u8 flags (bit 0: body is one zstd frame) | varint record count
-    | body | u32 CRC-32 (zlib) of everything before it
+    magic "TSPC" | u8 version (2; 1 is still read) | u8 flags (bit 0: body is one zstd frame)
+    | varint record count | body | u32 CRC-32 (zlib) of everything before it
 
 body: the records, each
 
     text key | text backend ETag | varint stored size | varint original size
     | text client ETag | varint last-modified (milliseconds since the epoch)
+    | u8 record flags (version 2 only; bit 0: what a HEAD shows follows, bit 1: with a content type)
+    | [text content type] | map user metadata | map stored headers   (only with bit 0)
 
-with texts as varint length + UTF-8 (see wire.py); the key is the client's key in its bucket. A record
+with texts as varint length + UTF-8 and maps as a count then sorted key and value texts (see
+wire.py); the key is the client's key in its bucket. What a HEAD shows (content type, user metadata,
+headers kept with the object) lets an instance answer a HEAD with a backend HEAD instead of reading
+the object's tail, when the backend's answer matches the record as a listing's must. A record
 with an empty backend ETag is a tombstone: the key was deleted through tsproxy at that time, and its
 records written before then are dead. The CRC catches torn or damaged objects. The catalog is not
 authenticated, which is safe because a record is only ever used together with the backend's listing and
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import zstandard
@@ -38,8 +43,11 @@ from tsproxy.errors import IntegrityError
 from tsproxy.format.wire import Reader, Writer
 
 MAGIC = b"TSPC"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FLAG_ZSTD = 0x01
+RECORD_HEAD = 0x01  # record flags: the HEAD facts follow
+RECORD_CONTENT_TYPE = 0x02  # ... with a content type
 _CRC = struct.Struct(">I")
 # Compress bodies above this size: a handful of records is smaller raw than framed.
 COMPRESS_ABOVE = 512
@@ -48,8 +56,28 @@ MAX_BODY = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
+class HeadFacts:
+    """What a HEAD shows of an object besides its size, ETag and date (all of it from the manifest)."""
+
+    content_type: str | None
+    metadata: tuple[tuple[str, str], ...] = ()  # the client's x-amz-meta-*, sorted by name
+    headers: tuple[tuple[str, str], ...] = ()  # other headers kept with the object, sorted by name
+
+    @classmethod
+    def of(
+        cls, content_type: str | None, metadata: Mapping[str, str], headers: Mapping[str, str]
+    ) -> HeadFacts:
+        if content_type is None and not metadata and not headers:
+            return NO_EXTRAS
+        return cls(content_type, tuple(sorted(metadata.items())), tuple(sorted(headers.items())))
+
+
+NO_EXTRAS = HeadFacts(None)  # the usual case for segments: one shared instance
+
+
+@dataclass(frozen=True, slots=True)
 class CatalogRecord:
-    """What one write left in the backend: enough to list it as the client wrote it."""
+    """What one write left in the backend: enough to list it as the client wrote it, and to HEAD it."""
 
     key: str  # the client's key, in the client bucket the catalog belongs to
     backend_etag: str  # unquoted, as the backend lists it
@@ -57,6 +85,7 @@ class CatalogRecord:
     original_size: int
     client_etag: str  # unquoted, as clients see it
     last_modified_ms: int
+    head: HeadFacts | None = None  # None: not recorded (a tombstone, or a version 1 record)
 
 
 def encode_catalog(records: Iterable[CatalogRecord], *, level: int = 3) -> bytes:
@@ -70,6 +99,7 @@ def encode_catalog(records: Iterable[CatalogRecord], *, level: int = 3) -> bytes
         body.varint(r.original_size)
         body.text(r.client_etag)
         body.varint(r.last_modified_ms)
+        _write_head(body, r.head)
     payload = bytes(body.buf)
     flags = 0
     if len(payload) > COMPRESS_ABOVE:
@@ -96,7 +126,7 @@ def decode_catalog(data: bytes | bytearray | memoryview) -> list[CatalogRecord]:
     head = Reader(view[: len(view) - _CRC.size], "catalog")
     head.take(len(MAGIC))
     version = head.u8()
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise IntegrityError(f"catalog: unsupported version {version}")
     flags = head.u8()
     if flags & ~FLAG_ZSTD:
@@ -105,15 +135,45 @@ def decode_catalog(data: bytes | bytearray | memoryview) -> list[CatalogRecord]:
     payload = head.take(head.remaining())
     if flags & FLAG_ZSTD:
         payload = memoryview(_decompress(payload))
-    # Each record takes at least 9 bytes, so a hostile count cannot make us loop far past the body.
-    if count > len(payload) // 9 + 1:
+    # Each record takes at least 6 bytes, so a hostile count cannot make us loop far past the body.
+    if count > len(payload) // 6 + 1:
         raise IntegrityError(f"catalog: {count} records cannot fit in {len(payload)} bytes")
     r = Reader(payload, "catalog")
-    out = [
-        CatalogRecord(r.text(), r.text(), r.varint(), r.varint(), r.text(), r.varint()) for _ in range(count)
-    ]
+    if version == 1:
+        out = [
+            CatalogRecord(r.text(), r.text(), r.varint(), r.varint(), r.text(), r.varint())
+            for _ in range(count)
+        ]
+    else:
+        out = [
+            CatalogRecord(r.text(), r.text(), r.varint(), r.varint(), r.text(), r.varint(), _read_head(r))
+            for _ in range(count)
+        ]
     r.end()
     return out
+
+
+def _write_head(body: Writer, head: HeadFacts | None) -> None:
+    if head is None:
+        body.u8(0)
+        return
+    body.u8(RECORD_HEAD | (RECORD_CONTENT_TYPE if head.content_type is not None else 0))
+    if head.content_type is not None:
+        body.text(head.content_type)
+    body.mapping(dict(head.metadata))
+    body.mapping(dict(head.headers))
+
+
+def _read_head(r: Reader) -> HeadFacts | None:
+    flags = r.u8()
+    if flags & ~(RECORD_HEAD | RECORD_CONTENT_TYPE) or (
+        flags & RECORD_CONTENT_TYPE and not flags & RECORD_HEAD
+    ):
+        raise IntegrityError(f"catalog: unknown record flags {flags:#x}")
+    if not flags & RECORD_HEAD:
+        return None
+    content_type = r.text() if flags & RECORD_CONTENT_TYPE else None
+    return HeadFacts.of(content_type, r.mapping(), r.mapping())
 
 
 def _decompress(frame: memoryview) -> bytes:
@@ -141,8 +201,8 @@ class CatalogIndex:
     KEEP_VERSIONS = 2
 
     def __init__(self) -> None:
-        # key -> {backend etag: (stored size, original size, client etag, last-modified ms)}
-        self._by_key: dict[str, dict[str, tuple[int, int, str, int]]] = {}
+        # key -> {backend etag: (stored size, original size, client etag, last-modified ms, HEAD facts)}
+        self._by_key: dict[str, dict[str, tuple[int, int, str, int, HeadFacts | None]]] = {}
         self._deleted: dict[str, int] = {}  # key -> time of its latest tombstone (ms)
         self.loaded: set[str] = set()  # names of the catalog objects merged in
 
@@ -164,7 +224,13 @@ class CatalogIndex:
             if r.last_modified_ms <= deleted:
                 continue
             versions = self._by_key.setdefault(r.key, {})
-            versions[r.backend_etag] = (r.stored_size, r.original_size, r.client_etag, r.last_modified_ms)
+            versions[r.backend_etag] = (
+                r.stored_size,
+                r.original_size,
+                r.client_etag,
+                r.last_modified_ms,
+                r.head,
+            )
             if len(versions) > self.KEEP_VERSIONS:
                 oldest = min(versions, key=lambda e: versions[e][3])
                 del versions[oldest]
@@ -175,12 +241,24 @@ class CatalogIndex:
             if ms >= since_ms:
                 yield tombstone(key, ms)
 
+    def __contains__(self, key: str) -> bool:
+        """Whether any version of `key` is recorded (worth a backend HEAD to check it)."""
+        return key in self._by_key
+
     def lookup(self, key: str, backend_etag: str, stored_size: int) -> CatalogRecord | None:
         """The record for what the backend lists now, or None when nothing matches both facts."""
         found = self._by_key.get(key, {}).get(backend_etag)
         if found is None or found[0] != stored_size:
             return None
         return CatalogRecord(key, backend_etag, *found)
+
+    def summary(self, key: str, backend_etag: str, stored_size: int) -> tuple[int, str] | None:
+        """`lookup`'s (original size, client ETag) alone: what a listing needs, per listed object."""
+        found = self._by_key.get(key)
+        facts = found.get(backend_etag) if found is not None else None
+        if facts is None or facts[0] != stored_size:
+            return None
+        return facts[1], facts[2]
 
     def records(self) -> Iterator[CatalogRecord]:
         for key, versions in self._by_key.items():

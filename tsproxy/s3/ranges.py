@@ -153,5 +153,6 @@ def http_date(dt: datetime) -> str:
 
 def iso8601(dt: datetime) -> str:
     """The timestamp form of S3's XML: ``2015-10-21T07:28:00.000Z`` (UTC, milliseconds)."""
-    dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    if dt.tzinfo is not UTC:
+        dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+    return dt.isoformat(timespec="milliseconds")[:-6] + "Z"  # "+00:00" -> "Z"

@@ -71,6 +71,8 @@ _NEEDS_ESCAPE = re.compile("[&<>\"'\r\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud80
 
 
 def _escape(text: str) -> str:
+    if _NEEDS_ESCAPE.search(text) is None:  # the usual case: nothing to replace
+        return text
     return _NEEDS_ESCAPE.sub(lambda m: _ESCAPES.get(m.group(), f"&#x{ord(m.group()):X};"), text)
 
 
@@ -122,16 +124,15 @@ def list_buckets_xml(buckets: Sequence[tuple[str, datetime]], owner_id: str, own
 
 
 def _contents(o: ObjectEntry, encoding_type: str | None, owner_id: str | None) -> str:
-    parts = [
-        _el("Key", _url(o.key, encoding_type)),
-        _el("LastModified", o.last_modified),
-        _el("ETag", _quoted(o.etag)),
-        _el("Size", o.size),
-        _el("StorageClass", o.storage_class),
-    ]
-    if owner_id is not None:
-        parts.append(_owner(owner_id))
-    return "<Contents>" + "".join(parts) + "</Contents>"
+    # Written in one piece: a listing page holds up to 1,000 of these (the same bytes as _el would give).
+    etag = _escape(o.etag) if o.etag.startswith('"') else f"&quot;{_escape(o.etag)}&quot;"
+    owner = _owner(owner_id) if owner_id is not None else ""
+    return (
+        f"<Contents><Key>{_escape(_url(o.key, encoding_type))}</Key>"
+        f"<LastModified>{iso8601(o.last_modified)}</LastModified>"
+        f"<ETag>{etag}</ETag><Size>{o.size}</Size>"
+        f"<StorageClass>{_escape(o.storage_class)}</StorageClass>{owner}</Contents>"
+    )
 
 
 def _common_prefixes(prefixes: Iterable[str], encoding_type: str | None) -> list[str]:

@@ -50,10 +50,10 @@ class Exchange:
         assert self.s3.key is not None
         return self.s3.key
 
-    def payload(self, result: BodyResult) -> AsyncIterator[bytes]:
+    def payload(self, result: BodyResult) -> AsyncIterator[bytes | memoryview]:
         """The request body's payload, checked as S3 checks it (see request_body), counted as it goes."""
 
-        async def counted() -> AsyncIterator[bytes]:
+        async def counted() -> AsyncIterator[bytes | memoryview]:
             body = payload(
                 self.request.content,
                 self.request.headers,

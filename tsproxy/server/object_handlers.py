@@ -52,7 +52,11 @@ def part_span(obj: StoredObject, part_no: int) -> tuple[int, int, int | None]:
 
 
 async def head_object(ex: Exchange) -> web.StreamResponse:
-    obj = await ex.service.resolve(ex.bucket, ex.key)
+    # A part's span needs the manifest's segments; otherwise the size catalog may spare the tail read.
+    if _part_number(ex.query) is not None:
+        obj = await ex.service.resolve(ex.bucket, ex.key)
+    else:
+        obj = await ex.service.resolve_for_head(ex.bucket, ex.key)
     return await _send_object(ex, obj, head=True)
 
 

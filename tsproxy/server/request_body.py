@@ -84,7 +84,7 @@ async def payload(
     result: BodyResult,
     *,
     idle_timeout: float | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[bytes | memoryview]:
     """Yield the client's payload bytes; raise the S3 error of the first failed check.
 
     `headers` is case-insensitive. `result` receives the size, MD5 and checksums once the body ends.
@@ -138,11 +138,12 @@ async def payload(
         if checksum is not None:
             checksum.update(piece)
 
-    def process(raw: bytes) -> list[bytes]:
+    def process(raw: bytes) -> list[bytes | memoryview]:
         # Hashing and chunk-signature checks are CPU work: done on a worker thread, one read at a time.
         if sha256 is not None:
             sha256.update(raw)
-        pieces = [raw] if decoder is None else [bytes(p) for p in decoder.feed(raw)]
+        # The decoder's pieces are views of `raw`, which is immutable: passed on as they are, not copied.
+        pieces: list[bytes | memoryview] = [raw] if decoder is None else decoder.feed(raw)
         for piece in pieces:
             account(piece)
         return pieces

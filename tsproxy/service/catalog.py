@@ -6,13 +6,18 @@ listing agrees on the ETag and the stored size). Here is the I/O around it:
 - writes and deletes are buffered per client bucket and flushed as one small immutable catalog object
   every `flush_interval` seconds or `flush_records` records, whichever comes first; a crash loses at most
   that window, and the objects it covers fall back to a HEAD;
-- a listing first `refresh`es the bucket's index: one LIST of the catalog prefix, then a GET of each
-  catalog object not loaded yet (at most once per `refresh_interval`, so a paged listing of a large
-  bucket pays it once, not per page);
+- a listing's first page `refresh`es the bucket's index: one LIST of the catalog prefix, then a GET of
+  each catalog object not loaded yet (at most once per `refresh_interval`); its later pages use the
+  index as it is unless it is older than `page_refresh_interval`, so a long paged listing pays for the
+  catalog once, not every few seconds. An object written meanwhile by another instance is only listed
+  by a HEAD, never wrongly;
 - when a refresh finds more than `compact_above` catalog objects, the instance writes everything it has
-  loaded as one object and deletes the ones it merged. Instances never coordinate: an object written by
-  another instance meanwhile is not among those deleted, and two compactions at once only leave two
-  merged objects, which the next compaction folds together. No record is lost either way.
+  loaded as one object and deletes the ones it merged, in the background (the listing does not wait).
+  A writer that never lists does the same after every `compact_above` flushes of its own, so a busy
+  writer leaves a bounded number of catalog objects for a fresh instance to read. Instances never
+  coordinate: an object written by another instance meanwhile is not among those deleted, and two
+  compactions at once only leave two merged objects, which the next compaction folds together. No
+  record is lost either way.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class _Bucket:
     index: CatalogIndex = field(default_factory=CatalogIndex)
     pending: list[CatalogRecord] = field(default_factory=list)
     refreshed_at: float = float("-inf")
+    flushes: int = 0  # catalog objects this instance wrote since it last compacted the bucket
+    compacting: asyncio.Task[None] | None = None
     failing: bool = False  # the last flush failed (logged once until one succeeds)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -75,6 +82,7 @@ class SizeCatalog:
         flush_interval: float = 5.0,
         flush_records: int = 1000,
         refresh_interval: float = 2.0,
+        page_refresh_interval: float = 60.0,
         compact_above: int = 16,
         clock: Callable[[], float] = time.time,
         on_event: Callable[[str], None] | None = None,
@@ -85,6 +93,7 @@ class SizeCatalog:
         self.flush_interval = flush_interval
         self.flush_records = flush_records
         self.refresh_interval = refresh_interval
+        self.page_refresh_interval = page_refresh_interval
         self.compact_above = compact_above
         self.clock = clock
         self.on_event = on_event or (lambda _: None)
@@ -120,7 +129,9 @@ class SizeCatalog:
 
     def forget(self, bucket: str) -> None:
         """Drop what is kept of a bucket that is being deleted, so no flush writes into it again."""
-        self._buckets.pop(bucket, None)
+        state = self._buckets.pop(bucket, None)
+        if state is not None and state.compacting is not None:
+            state.compacting.cancel()
 
     def start(self) -> None:
         """Flush in the background from now on."""
@@ -128,12 +139,17 @@ class SizeCatalog:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
     async def close(self) -> None:
-        """Stop the background flush and flush what is pending once more."""
+        """Stop the background flush and compactions, and flush what is pending once more."""
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
             self._flusher = None
+        for state in self._buckets.values():
+            if state.compacting is not None:
+                state.compacting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await state.compacting
         await self.flush()
 
     async def _flush_loop(self) -> None:
@@ -142,6 +158,12 @@ class SizeCatalog:
                 await asyncio.wait_for(self._wake.wait(), self.flush_interval)
             self._wake.clear()
             await self.flush()
+            for bucket, state in list(self._buckets.items()):
+                if state.flushes >= self.compact_above:
+                    # Our own objects pile up: look at the whole catalog (which compacts it when needed).
+                    with contextlib.suppress(Exception):  # logged where it failed; retried next time
+                        await self.refresh(bucket, max_age=0.0)
+                    state.flushes = 0
 
     async def flush(self) -> None:
         """Write each bucket's pending records as one catalog object; on failure keep them for next time."""
@@ -168,6 +190,7 @@ class SizeCatalog:
                 log.info("catalog flush recovered", extra={"fields": {"bucket": bucket}})
             state.failing = False
             state.index.loaded.add(name)
+            state.flushes += 1
             self.on_event("flush")
 
     async def _put(self, bucket: str, records: list[CatalogRecord]) -> str:
@@ -179,11 +202,15 @@ class SizeCatalog:
 
     # -- what listings read --------------------------------------------------------------------------
 
-    async def refresh(self, bucket: str) -> CatalogIndex:
-        """The bucket's index with every catalog object in the backend merged in (rate-limited)."""
+    async def refresh(self, bucket: str, *, max_age: float | None = None) -> CatalogIndex:
+        """The bucket's index with every catalog object in the backend merged in.
+
+        Not again when the last refresh is younger than `max_age` seconds (by default
+        `refresh_interval`): a listing's later pages pass `page_refresh_interval`.
+        """
         state = self._bucket(bucket)
         async with state.lock:
-            if self.clock() - state.refreshed_at < self.refresh_interval:
+            if self.clock() - state.refreshed_at < (self.refresh_interval if max_age is None else max_age):
                 return state.index
             backend_bucket, prefix = self.where(bucket)
             names = await self._list_names(backend_bucket, prefix)
@@ -211,29 +238,50 @@ class SizeCatalog:
                     )
                 state.index.loaded.add(name)
             state.refreshed_at = self.clock()
-            if len(names) > self.compact_above:
-                await self._compact(bucket, state, names)
+            if len(names) > self.compact_above and state.compacting is None:
+                state.flushes = 0
+                state.compacting = asyncio.get_running_loop().create_task(self._compact(bucket, state, names))
             return state.index
 
-    def cached(self, bucket: str) -> CatalogIndex:
-        """The index as loaded so far, without touching the backend (for a HEAD)."""
-        return self._bucket(bucket).index
+    def cached(self, bucket: str) -> CatalogIndex | None:
+        """The index as loaded so far, without touching the backend (for a HEAD); None if there is none."""
+        state = self._buckets.get(bucket)
+        return state.index if state is not None else None
 
     async def _list_names(self, backend_bucket: str, prefix: str) -> list[str]:
         return [o.key[len(prefix) :] for o in await list_everything(self.backend, backend_bucket, prefix)]
 
+    async def settle(self) -> None:
+        """Wait for the compactions under way (tests, and a clean stop)."""
+        for state in list(self._buckets.values()):
+            if state.compacting is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await state.compacting
+
     async def _compact(self, bucket: str, state: _Bucket, merged: list[str]) -> None:
-        since = int(self.clock() * 1000) - TOMBSTONE_KEEP_MS
-        records = [*state.index.records(), *state.index.tombstones(since)]
+        """Write what the index holds as one object, then delete the `merged` ones it came from."""
         try:
-            name = await self._put(bucket, records)
-        except Exception as e:
-            log.warning("catalog compaction failed", extra={"fields": {"bucket": bucket, "error": str(e)}})
-            return
-        state.index.loaded.add(name)
-        backend_bucket, prefix = self.where(bucket)
-        failed = await self.backend.delete_many(backend_bucket, [prefix + n for n in merged])
-        state.index.loaded.difference_update(merged)
-        self.on_event("compaction")
-        if failed:
-            log.warning("catalog compaction left objects behind", extra={"fields": {"count": len(failed)}})
+            since = int(self.clock() * 1000) - TOMBSTONE_KEEP_MS
+            records = [*state.index.records(), *state.index.tombstones(since)]
+            try:
+                name = await self._put(bucket, records)
+            except Exception as e:
+                log.warning(
+                    "catalog compaction failed", extra={"fields": {"bucket": bucket, "error": str(e)}}
+                )
+                return
+            state.index.loaded.add(name)
+            backend_bucket, prefix = self.where(bucket)
+            try:
+                failed = await self.backend.delete_many(backend_bucket, [prefix + n for n in merged])
+            except Exception as e:  # the merged object holds them all: the next compaction retries
+                log.warning("catalog compaction left objects behind", extra={"fields": {"error": str(e)}})
+                return
+            state.index.loaded.difference_update(merged)
+            self.on_event("compaction")
+            if failed:
+                log.warning(
+                    "catalog compaction left objects behind", extra={"fields": {"count": len(failed)}}
+                )
+        finally:
+            state.compacting = None

@@ -17,7 +17,7 @@ from tsproxy.format import (
     KeyRing,
     TransformSettings,
 )
-from tsproxy.format.catalog import CatalogRecord
+from tsproxy.format.catalog import CatalogRecord, HeadFacts
 from tsproxy.metrics import Metrics
 from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.namespace import Namespace
@@ -158,7 +158,8 @@ class ServiceCore:
         """Note a completed write in the size catalog (listings then need no HEAD for it); returns `obj`."""
         if self.catalog is not None and not obj.passthrough:
             modified_ms = int(info.last_modified.timestamp() * 1000)
-            record = CatalogRecord(key, info.etag, info.size, obj.size, obj.etag, modified_ms)
+            head = HeadFacts.of(obj.content_type, obj.metadata, obj.headers)
+            record = CatalogRecord(key, info.etag, info.size, obj.size, obj.etag, modified_ms, head)
             self.catalog.wrote(bucket, record)
         return obj
 

@@ -64,7 +64,7 @@ class ListingOps(ReadOps):
             if list_plain
             else _no_page(),
             self._escaped(bucket, prefix, after) if cursor.merged is not False else _nothing(),
-            self._catalog_index(bucket),
+            self._catalog_index(bucket, first_page=token is None),
         )
         # Keys stored as they are; escaped ones are in `escaped`, internal ones hidden.
         names = [(o.key[len(root.key) :], o) for o in page.objects if o.key.startswith(root.key)]
@@ -114,9 +114,9 @@ class ListingOps(ReadOps):
         summaries: list[tuple[int, str] | None] = [None] * len(entries)
         unknown = []
         for i, (k, o) in enumerate(entries):
-            record = index.lookup(k, o.etag, o.size) if index is not None else None
-            if record is not None:
-                summaries[i] = (record.original_size, record.client_etag)
+            summary = index.summary(k, o.etag, o.size) if index is not None else None
+            if summary is not None:
+                summaries[i] = summary
             else:
                 unknown.append(i)
         if self.metrics is not None and index is not None:
@@ -131,15 +131,18 @@ class ListingOps(ReadOps):
             objects.append(ListedObject(k, summary[0], summary[1], o.last_modified))
         return objects
 
-    async def _catalog_index(self, bucket: str) -> CatalogIndex | None:
+    async def _catalog_index(self, bucket: str, *, first_page: bool) -> CatalogIndex | None:
         """The bucket's size catalog, refreshed (rate-limited); None without one or when it can't be read.
 
-        A catalog that can't be read costs nothing but speed: every entry then falls back to a HEAD.
+        A listing's later pages take the index as the first page left it, unless it is old: what was
+        written since only costs a HEAD. A catalog that can't be read costs nothing but speed: every
+        entry then falls back to a HEAD.
         """
         if self.catalog is None:
             return None
         try:
-            return await self.catalog.refresh(bucket)
+            max_age = None if first_page else self.catalog.page_refresh_interval
+            return await self.catalog.refresh(bucket, max_age=max_age)
         except errors.S3Error as e:
             log.warning("size catalog unavailable", extra={"fields": {"bucket": bucket, "error": str(e)}})
             return None

@@ -62,6 +62,48 @@ class ReadOps(ServiceCore):
             return obj
         raise AssertionError("unreachable")
 
+    async def resolve_for_head(self, bucket: str, key: str) -> StoredObject:
+        """What a HEAD shows of (bucket, key), without reading the object's tail when that can be helped.
+
+        When this instance's size catalog has a record of the key, a backend HEAD (no body) is checked
+        against it as a listing checks its entries, on backend ETag and stored size; a match answers
+        with the record's original size, client ETag and HEAD facts. Anything else is `resolve`'s
+        answer: the cached object, a suffix GET, or the tail of the version the backend HEAD saw.
+        The result of a match can't be read from (`head_only`) and is not kept for GETs.
+        """
+        index = self.catalog.cached(bucket) if self.catalog is not None else None
+        if index is None or key not in index or self._objects.get((bucket, key)) is not None:
+            return await self.resolve(bucket, key)
+        loc = self.ns.object(bucket, key)
+        try:
+            info = await self.backend.head(loc.bucket, loc.key)
+        except (errors.NoSuchKey, errors.NoSuchBucket):
+            await self.head_bucket(bucket)
+            raise errors.NoSuchKey(Key=key) from None
+        record = index.lookup(key, info.etag, info.size)
+        if record is None or record.head is None or META_FORMAT not in info.metadata:
+            if self.metrics is not None:
+                self.metrics.catalog_lookups.labels("miss").inc()
+            try:
+                return await self._load(loc, info)  # the tail of the version just seen
+            except errors.PreconditionFailed:
+                return await self.resolve(bucket, key)  # overwritten since: start over
+        if self.metrics is not None:
+            self.metrics.catalog_lookups.labels("hit").inc()
+        facts = record.head
+        return StoredObject(
+            loc,
+            record.original_size,
+            record.client_etag,
+            info.last_modified,
+            facts.content_type,
+            dict(facts.metadata),
+            dict(facts.headers),
+            info.etag,
+            backend_metadata=dict(info.metadata),
+            head_only=True,
+        )
+
     async def _suffix(self, loc: Location) -> tuple[ObjectInfo, bytes | None]:
         """The object's info and its last `tail_guess` bytes (all of it when smaller), in one GET.
 
@@ -106,6 +148,8 @@ class ReadOps(ServiceCore):
 
         ObjectChanged when the object was overwritten since it was resolved: resolve it again.
         """
+        if obj.head_only:
+            raise errors.InternalError("an object described for a HEAD was read from")
         if obj.manifest is None or obj.ctx is None:
             return self._read_passthrough(obj, first, last)
         loc, etag = obj.loc, obj.backend_etag

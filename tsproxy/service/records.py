@@ -38,10 +38,12 @@ class StoredObject:
     manifest: Manifest | None = None  # None: passthrough (not written by tsproxy)
     ctx: ObjectContext | None = None
     backend_metadata: Mapping[str, str] = field(default_factory=dict)
+    # Described by the size catalog for a HEAD: no manifest was read, so it can't be read from.
+    head_only: bool = False
 
     @property
     def passthrough(self) -> bool:
-        return self.manifest is None
+        return self.manifest is None and not self.head_only
 
     @classmethod
     def written(

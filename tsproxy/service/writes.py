@@ -59,14 +59,15 @@ class WriteOps(ReadOps):
         async for piece in payload:
             pending += piece
             if len(pending) >= FEED_SIZE:
-                batch, pending = bytes(pending), bytearray()
+                # The buffer is handed to the encoder, not copied: a fresh one takes the next pieces.
+                batch, pending = pending, bytearray()
                 original += len(batch)
                 for chunk in await self._cpu("store", encoder.feed, batch):
                     stored += len(chunk)
                     yield chunk
         if pending:
             original += len(pending)
-            for chunk in await self._cpu("store", encoder.feed, bytes(pending)):
+            for chunk in await self._cpu("store", encoder.feed, pending):
                 stored += len(chunk)
                 yield chunk
         for chunk in await self._cpu("store", encoder.finish):
@@ -81,7 +82,7 @@ class WriteOps(ReadOps):
         self,
         bucket: str,
         key: str,
-        payload: AsyncIterable[bytes],
+        payload: AsyncIterable[bytes | memoryview],
         *,
         content_type: str | None,
         metadata: Mapping[str, str],
