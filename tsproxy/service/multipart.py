@@ -2,10 +2,13 @@
 
 A part whose stored form is at least the backend's minimum part size goes straight into a backend
 multipart upload at the object's own key, begun with the client's upload, as the backend part of the
-same number; at completion only the tail is uploaded (as the part after the last) and the backend
-upload completed, so the backend receives every stored byte once. A smaller part (the last one, or one
-that compression shrank) and an oversized one are kept as objects of their own in the reserved
-namespace until completion, which copies or re-uploads them into place.
+same number; at completion only the tail is uploaded (with a small last part, as a part after the last
+one named) and the backend upload completed, so the backend receives every stored byte once. A smaller
+part (the last one, or one that compression shrank) is kept inside its part record, and an oversized
+one as an object of its own, until completion, which re-uploads or copies them into place. Each part's
+record is written before its UploadPart is answered, so any instance, or this one after a restart, can
+complete the upload; the instance that received the parts completes it without reading any of them
+back. docs/FORMAT.md describes the objects an upload keeps in the reserved namespace.
 """
 
 from __future__ import annotations
@@ -211,8 +214,9 @@ class UploadOps(WriteOps):
             if record.data_key:
                 await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
+        record = dataclasses.replace(record, record_etag=written.etag)
         self._part_records.put((info_loc.bucket, info_loc.key), (written.etag, record_alone(record)))
-        if record.inline:
+        if record.inline is not None:
             self._inline_parts.put((info_loc.bucket, info_loc.key), record.inline)
         return record
 
@@ -244,8 +248,8 @@ class UploadOps(WriteOps):
                 inline = self._inline_parts.get(where) if known[1].kept_inline else None
                 if inline is not None or not known[1].kept_inline:
                     return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
-            _, data = await self.backend.get_bytes(prefix.bucket, o.key)
-            return PartRecord.from_bytes(data, o.last_modified)
+            info, data = await self.backend.get_bytes(prefix.bucket, o.key)
+            return PartRecord.from_bytes(data, o.last_modified, info.etag)
 
         records = await bounded_gather(16, [o for o in listed if o.key.endswith(".info")], load)
         return state, sorted(records, key=lambda r: r.part_no), [o.key for o in listed]
@@ -369,7 +373,11 @@ class UploadOps(WriteOps):
             meta = manifest.backend_metadata(len(tail))
             if state.backend_upload is not None:
                 meta[META_UPLOAD] = upload_token(upload_id)
-            info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+            try:
+                info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+            except errors.PreconditionFailed:
+                # A part's record changed since it was read (the part sent again meanwhile).
+                raise errors.InvalidPart(UploadId=upload_id) from None
             await quietly(self._abort_backend_upload(bucket, state))
         self.invalidate(bucket, key)
         self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
@@ -392,7 +400,8 @@ class UploadOps(WriteOps):
         if not record.kept_inline:
             raise errors.InternalError("A part sent straight has no stored bytes of its own.")
         info = self._upload_loc(bucket, upload_id, f"{record.part_no:05d}.info")
-        return ByteRange(info, record.inline_offset, record.inline_offset + size - 1)
+        first = record.inline_offset
+        return ByteRange(info, first, first + size - 1, record.record_etag)
 
     async def _complete_in_place(
         self,

@@ -102,6 +102,9 @@ class PartRecord:
     # The stored bytes themselves, for a part small enough to be kept in its `.info` object (after the
     # segment): one PUT instead of a data object and a record.
     inline: bytes | None = field(default=None, compare=False, repr=False)
+    # The backend ETag of the `.info` object this record was read from or written as (not stored): a
+    # copy of inline bytes from there is pinned to it.
+    record_etag: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def kept_inline(self) -> bool:
@@ -131,7 +134,7 @@ class PartRecord:
         return len(self._head(self.segment.stored_size))
 
     @classmethod
-    def from_bytes(cls, data: bytes, last_modified: datetime) -> PartRecord:
+    def from_bytes(cls, data: bytes, last_modified: datetime, record_etag: str | None = None) -> PartRecord:
         head, _, seg = data.partition(b"\n")
         fields = json.loads(head)
         inline: bytes | None = None
@@ -149,6 +152,7 @@ class PartRecord:
             last_modified,
             fields.get("backend_etag"),
             inline,
+            record_etag,
         )
 
 
