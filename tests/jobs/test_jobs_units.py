@@ -19,8 +19,11 @@ from tsproxy.format import KeyRing, TransformSettings, encode_object, open_objec
 from tsproxy.jobs.checks import ChunkVerifier, Truncated
 from tsproxy.jobs.engine import Tally
 from tsproxy.jobs.inventory import InventorySummary, attribute
-from tsproxy.jobs.plan import Listed, find_uploads, partition_count, prefix_of, spread
+from tsproxy.jobs.plan import Listed, find_uploads, owned_by, partition_count, prefix_of, spread, unowned
 from tsproxy.jobs.ratelimit import TokenBucket
+from tsproxy.service.leftovers import plan_sweep
+from tsproxy.service.records import backend_upload_of, straight_upload_id
+from tsproxy.store.base import UploadInfo
 
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -110,6 +113,32 @@ def test_find_uploads_groups_by_upload_and_sees_staleness() -> None:
     assert not u1.stale(now=1011.0 + 59, stale_after=60) and u1.stale(now=1011.0 + 60, stale_after=60)
     assert (u2.upload_id, u2.has_state) == ("u2", False)
     assert u2.stale(now=5000.0, stale_after=3600)  # can never complete without its state
+
+
+def test_a_backend_upload_named_by_a_client_upload_goes_with_it_and_only_then() -> None:
+    """A straight client upload's backend upload is no leftover while the upload's state is listed,
+    goes with the upload once that is idle, and is an old backend upload like any other without it."""
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    live, idle, orphaned = (straight_upload_id(t, f"backend-{t}") for t in ("live", "idle", "orphaned"))
+    listing = [
+        Listed(f"root/.tsproxy/mpu/{live}/state", 100, "e", t0.timestamp() + 9000),
+        Listed(f"root/.tsproxy/mpu/{idle}/state", 100, "e", t0.timestamp()),
+        Listed(f"root/.tsproxy/mpu/{orphaned}/00002.info", 50, "e", t0.timestamp()),  # its state is gone
+    ]
+    backend = [
+        UploadInfo("root/seg-live", "backend-live", t0),
+        UploadInfo("root/seg-idle", "backend-idle", t0),
+        UploadInfo("root/seg-orphaned", "backend-orphaned", t0),
+        UploadInfo("root/cut-short", "assembly", t0),
+    ]
+    assert backend_upload_of(live) == "backend-live" and backend_upload_of("plain-token") is None
+    sweep = plan_sweep(listing, "root/", backend, t0.timestamp() + 10_000, 3600, 3600)
+    assert [u.upload_id for u in sweep.uploads] == sorted([idle, orphaned])
+    assert sweep.attached == {idle: backend[1]}
+    assert {b.upload_id for b in sweep.backend_uploads} == {"backend-orphaned", "assembly"}
+    uploads = find_uploads(listing, "root/")
+    assert owned_by(backend, uploads) == {live: backend[0], idle: backend[1]}
+    assert unowned(backend, uploads) == backend[2:]
 
 
 # -- the streaming chunk verifier ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ what a cold read costs.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -121,3 +122,166 @@ def test_missing_keys_and_buckets_keep_their_errors(cold: RunningProxy) -> None:
         s3.get_object(Bucket=bucket, Key="nothing", Range="bytes=0-9")
     with pytest.raises(s3.exceptions.NoSuchBucket):
         s3.get_object(Bucket=f"{bucket}-gone", Key="nothing")
+
+
+# -- multipart uploads -------------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def _upload(s3: object, bucket: str, key: str, parts: list[tuple[int, bytes]]) -> tuple[str, list[dict]]:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]  # type: ignore[attr-defined]
+    done = []
+    for no, body in parts:
+        etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=no, Body=body)["ETag"]  # type: ignore[attr-defined]
+        done.append({"PartNumber": no, "ETag": etag})
+    return uid, done
+
+
+def _complete(s3: object, bucket: str, key: str, uid: str, parts: list[dict]) -> None:
+    s3.complete_multipart_upload(  # type: ignore[attr-defined]
+        Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={"Parts": parts}
+    )
+
+
+def test_in_order_parts_go_straight_into_the_backend_upload(cold: RunningProxy) -> None:
+    s3 = cold.client()
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    bodies = [os.urandom(6 * MIB), os.urandom(6 * MIB), os.urandom(6 * MIB), os.urandom(300_000)]
+    before = _requests(cold)
+    uid, parts = _upload(s3, bucket, "seg.log", list(enumerate(bodies, 1)))
+    _complete(s3, bucket, "seg.log", uid, parts)
+    spent = _delta(before, _requests(cold))
+    # Every stored byte sent once, nothing read back, listed or copied: the backend upload begins (and
+    # tells a missing bucket), the state and each part's record are written (the small last part inside
+    # its record), the parts go straight in, the last part goes with the tail, the backend upload
+    # completes (and the store HEADs the object for its size and date), and the upload's objects go in
+    # one DeleteObjects.
+    assert spent == {
+        "CreateMultipartUpload": 1,
+        "PutObject": 1 + len(bodies),
+        "UploadPart": len(bodies),
+        "CompleteMultipartUpload": 1,
+        "HeadObject": 1,
+        "DeleteObjects": 1,
+    }, spent
+    assert sum(spent.values()) == 2 * len(bodies) + 5
+    assert s3.get_object(Bucket=bucket, Key="seg.log")["Body"].read() == b"".join(bodies)
+    got = s3.get_object(Bucket=bucket, Key="seg.log", Range=f"bytes={6 * MIB - 10}-{6 * MIB + 9}")
+    assert got["Body"].read() == b"".join(bodies)[6 * MIB - 10 : 6 * MIB + 10]
+
+
+@pytest.fixture(params=["local", "seaweed"])
+def any_proxy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningProxy]:
+    running = start_proxy(str(request.param), tmp_path, request)
+    yield running
+    running.stop()
+
+
+def test_parts_compression_shrank_between_straight_parts(any_proxy: RunningProxy) -> None:
+    """A middle part that compresses below 5 MiB, out of order, resent, and Completes of subsets."""
+    s3 = any_proxy.client()
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    random6, zeros6, other6 = os.urandom(6 * MIB), bytes(6 * MIB), os.urandom(6 * MIB)
+    tail = os.urandom(123_456)
+    # Out of order, and part 3 resent with other bytes: the last one sent counts.
+    uid, parts = _upload(
+        s3, bucket, "mixed", [(3, os.urandom(6 * MIB)), (2, zeros6), (1, random6), (3, other6), (4, tail)]
+    )
+    by_no = {p["PartNumber"]: p for p in parts}  # the resent part 3's last ETag wins
+    _complete(s3, bucket, "mixed", uid, [by_no[n] for n in (1, 2, 3, 4)])
+    assert s3.get_object(Bucket=bucket, Key="mixed")["Body"].read() == random6 + zeros6 + other6 + tail
+
+    # A subset: the straight parts 1 and 3 around a left-out part 2, ending in a straight part.
+    uid, parts = _upload(s3, bucket, "subset", [(1, random6), (2, zeros6), (3, other6), (4, tail)])
+    _complete(s3, bucket, "subset", uid, [parts[0], parts[2]])
+    assert s3.get_object(Bucket=bucket, Key="subset")["Body"].read() == random6 + other6
+
+    # Compressible parts only: all kept aside, none below the minimum at the backend (EntityTooSmall).
+    uid, parts = _upload(s3, bucket, "zeros", [(1, zeros6), (2, zeros6), (3, b"z" * 1000)])
+    _complete(s3, bucket, "zeros", uid, parts)
+    assert s3.get_object(Bucket=bucket, Key="zeros")["Body"].read() == zeros6 * 2 + b"z" * 1000
+
+    # A small part that is not the last is still the client's error, as in S3.
+    uid, parts = _upload(s3, bucket, "small", [(1, random6), (2, b"x" * 1000), (3, other6)])
+    with pytest.raises(s3.exceptions.ClientError) as caught:
+        _complete(s3, bucket, "small", uid, parts)
+    assert caught.value.response["Error"]["Code"] == "EntityTooSmall"
+    s3.abort_multipart_upload(Bucket=bucket, Key="small", UploadId=uid)
+    with pytest.raises(s3.exceptions.NoSuchKey):
+        s3.get_object(Bucket=bucket, Key="small")
+
+
+def test_an_upload_begun_by_an_older_version_completes(cold: RunningProxy) -> None:
+    """Its state names no backend upload: every part is kept aside and copied in at completion."""
+    s3 = cold.client()
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="old")["UploadId"]
+    service = cold.proxy.service
+    assert service is not None
+    loc = service._upload_loc(bucket, uid, "state")
+    _, data = cold.call(service.backend.get_bytes(loc.bucket, loc.key))
+    fields = json.loads(data)
+    assert fields.pop("backend_upload")
+    cold.call(service.backend.put(loc.bucket, loc.key, json.dumps(fields).encode()))
+    service._uploads.clear()
+    bodies = [os.urandom(6 * MIB), os.urandom(1000)]
+    parts = []
+    for no, body in enumerate(bodies, 1):
+        etag = s3.upload_part(Bucket=bucket, Key="old", UploadId=uid, PartNumber=no, Body=body)["ETag"]
+        parts.append({"PartNumber": no, "ETag": etag})
+    before = _requests(cold)
+    _complete(s3, bucket, "old", uid, parts)
+    assert _delta(before, _requests(cold)).get("UploadPartCopy") == 1
+    assert s3.get_object(Bucket=bucket, Key="old")["Body"].read() == b"".join(bodies)
+
+
+@pytest.mark.parametrize("kind", ["local", "seaweed"])
+def test_an_upload_spread_over_two_instances_and_a_restart_completes(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Parts through one instance, a part sent again through another, Complete through the first: the
+    first's memory of the parts is stale. A backend that keeps only the last upload of a part number (as
+    S3 and the local store do) refuses the Complete, and it starts over from what is stored; SeaweedFS
+    keeps each, and completes with the one named. Then an instance that remembers nothing (a restart)
+    completes another upload, and a repeated Complete through the other instance is answered alike."""
+    first = start_proxy(kind, tmp_path, request)
+    (tmp_path / "other").mkdir()
+    shared = {"key_ring": str(tmp_path / "ring.json")}
+    if kind == "local":
+        shared["backend"] = f"file://{tmp_path / 'data'}"
+    other = start_proxy(kind, tmp_path / "other", request, **shared)
+    try:
+        s3, s3b = first.client(), other.client()
+        bucket = f"t-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        bodies = [os.urandom(6 * MIB), os.urandom(6 * MIB), os.urandom(200_000)]
+        uid, parts = _upload(s3, bucket, "spread", list(enumerate(bodies, 1)))
+        # The same bytes again (the same part ETag), stored anew under a fresh salt by the other instance.
+        again = s3b.upload_part(Bucket=bucket, Key="spread", UploadId=uid, PartNumber=2, Body=bodies[1])
+        assert again["ETag"] == parts[1]["ETag"]
+        before = _requests(first)
+        _complete(s3, bucket, "spread", uid, parts)
+        spent = _delta(before, _requests(first))
+        assert s3b.get_object(Bucket=bucket, Key="spread")["Body"].read() == b"".join(bodies)
+        if kind == "local":  # refused once, then completed from a listing of what is stored
+            assert spent.get("ListObjectsV2", 0) >= 1 and spent.get("GetObject", 0) >= 1, spent
+
+        uid, parts = _upload(s3, bucket, "restarted", list(enumerate(bodies, 1)))
+        service = first.proxy.service
+        assert service is not None
+        for cache in (service._uploads, service._part_records, service._inline_parts):
+            cache.clear()
+        _complete(s3, bucket, "restarted", uid, parts)
+        assert s3.get_object(Bucket=bucket, Key="restarted")["Body"].read() == b"".join(bodies)
+        repeated = s3b.complete_multipart_upload(
+            Bucket=bucket, Key="restarted", UploadId=uid, MultipartUpload={"Parts": parts}
+        )
+        assert repeated["ETag"] == s3.head_object(Bucket=bucket, Key="restarted")["ETag"]
+        assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    finally:
+        other.stop()
+        first.stop()

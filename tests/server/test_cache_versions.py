@@ -29,7 +29,9 @@ MIB = 1 << 20
 
 
 class HeldCompletions(LocalBackend):
-    """The local store, holding every CompleteMultipartUpload of `key` until the test lets it go."""
+    """The local store, holding the first two CompleteMultipartUploads of `key` (one per client
+    completion) until the test lets each go; any later one (the second completion building its object
+    anew after the first took the upload's backend upload) goes through."""
 
     def __init__(self, root: Path, key: str) -> None:
         super().__init__(root)
@@ -40,7 +42,7 @@ class HeldCompletions(LocalBackend):
     async def complete_multipart(
         self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
     ) -> ObjectInfo:
-        if key == self.key:
+        if key == self.key and len(self.held) < 2:
             go = threading.Event()
             self.held.append(go)
             self.arrived.release()

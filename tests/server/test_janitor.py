@@ -84,10 +84,16 @@ def test_old_leftovers_of_every_kind_go_and_fresh_ones_stay(quiet_proxy: Running
     s3 = running.client()
     bucket = f"j-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=bucket)
-    # An upload abandoned after one part (state, part data, part record) ...
+    # An upload abandoned after two parts (its state, the record of a small part, which keeps the part,
+    # and the data object of a part kept as an object of its own, as a big one is) ...
     abandoned = s3.create_multipart_upload(Bucket=bucket, Key="abandoned")["UploadId"]
     s3.upload_part(Bucket=bucket, Key="abandoned", UploadId=abandoned, PartNumber=1, Body=b"a" * 1000)
-    # ... a completed one (its completion record stays for an hour) ...
+    store = running.proxy.store
+    ns = running.proxy.objects.ns
+    kept = ns.internal(bucket, f"mpu/{abandoned}/00002-0123456789abcdef")
+    running.call(store.put(kept.bucket, kept.key, b"stored part"))
+    # ... a completed one (the object names its upload; nothing of it stays), the completion record of
+    # an upload that an older version completed (it stays for an hour) ...
     done = s3.create_multipart_upload(Bucket=bucket, Key="done")["UploadId"]
     part = s3.upload_part(Bucket=bucket, Key="done", UploadId=done, PartNumber=1, Body=b"d" * 1000)
     s3.complete_multipart_upload(
@@ -96,10 +102,10 @@ def test_old_leftovers_of_every_kind_go_and_fresh_ones_stay(quiet_proxy: Running
         UploadId=done,
         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
     )
+    record = ns.internal(bucket, "mpu-done/0123456789abcdef")
+    running.call(store.put(record.bucket, record.key, b'{"key": "old"}'))
     # ... an assembly cut short (a backend upload at a client key, and one under the reserved namespace
     # of an upload that no longer exists) and the probe object of an interrupted `serve --check`.
-    store = running.proxy.store
-    ns = running.proxy.objects.ns
     cut_short = ns.object(bucket, "assembled")
     running.call(multipart_of(store).create_multipart(cut_short.bucket, cut_short.key))
     stray = ns.internal(bucket, "mpu/gone/00001-0123456789abcdef")
@@ -115,11 +121,13 @@ def test_old_leftovers_of_every_kind_go_and_fresh_ones_stay(quiet_proxy: Running
 
     # Everything is younger than a day: nothing goes.
     assert _sweep(running, _janitor(running, 24 * HOURS)).removed == {}
-    assert len(_backend_uploads(running, bucket)) == 2
+    started = _backend_uploads(running, bucket)
+    # The two started above, and the one the abandoned upload's in-order parts would have gone into.
+    assert {k for k, _ in started} == {cut_short.key, stray.key, ns.object(bucket, "abandoned").key}
 
     # Two days later, everything is left over.
     run = _sweep(running, _janitor(running, 24 * HOURS, ahead=48 * HOURS))
-    assert run.removed == {"upload_state": 4, "backend_upload": 2, "temporary": 1 + temporary}
+    assert run.removed == {"upload_state": 4, "backend_upload": len(started), "temporary": 1 + temporary}
     assert _internal(running, bucket) == ([ns.internal(bucket, "bucket").key] if ns.mapped else [])
     assert _backend_uploads(running, bucket) == set()
     with pytest.raises(s3.exceptions.NoSuchUpload):
@@ -129,7 +137,7 @@ def test_old_leftovers_of_every_kind_go_and_fresh_ones_stay(quiet_proxy: Running
         assert not (running.cfg.backend_path() / bucket / ".tmp-0123456789abcdef").exists()
     after = {k: _metric(running, "tsproxy_janitor_removed_total", kind=k) for k in before}
     assert {k: after[k] - before[k] for k in before} == {
-        "backend_upload": 2,
+        "backend_upload": len(started),
         "upload_state": 4,
         "temporary": 1 + temporary,
     }
@@ -239,8 +247,10 @@ def test_a_slow_upload_survives_a_janitor_sweeping_all_along(
         expected = b"".join(parts[n][1] for n in (1, 2, 3))
         got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         assert hashlib.sha256(got).hexdigest() == hashlib.sha256(expected).hexdigest()
-        assert _metric(running, "tsproxy_janitor_removed_total", kind="upload_state") >= 3
-        assert _metric(running, "tsproxy_janitor_removed_total", kind="backend_upload") >= 1
+        # The abandoned upload's state and its part's record (which keeps the small part), and the
+        # stray backend upload under its prefix with the one its parts would have gone straight into.
+        assert _metric(running, "tsproxy_janitor_removed_total", kind="upload_state") >= 2
+        assert _metric(running, "tsproxy_janitor_removed_total", kind="backend_upload") >= 2
         assert _metric(running, "tsproxy_janitor_runs_total", outcome="error") == 0
     finally:
         running.stop()

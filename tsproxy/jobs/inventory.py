@@ -29,7 +29,7 @@ from .cleanup import Cleanup, apply_cleanup, orphan_rows, plan_cleanup
 from .driver import Listing, list_bucket, now, output_dir, write_json
 from .engine import JobRun, ObjectJob, TaskEnv, describe, opened_backend, run_job, write_rows
 from .options import JobOptions
-from .plan import OBJECT_WEIGHT, Listed, find_uploads, prefix_of
+from .plan import OBJECT_WEIGHT, Listed, find_uploads, owned_by, prefix_of, unowned
 from .probe import probe
 from .report import Headline, write_html
 from .verify import UPLOADS_SCHEMA, upload_rows
@@ -441,10 +441,13 @@ def _cleanup(
             "(topic ids or names of the live topics) or pass --force"
         )
     orphans = orphan_rows(report.out) if report.live_topics is not None else []
-    leftovers = [u for u in find_uploads(listing.internal, listing.root) if u.stale(at, options.stale_after)]
-    stale_backend = [
+    uploads = find_uploads(listing.internal, listing.root)
+    leftovers = [u for u in uploads if u.stale(at, options.stale_after)]
+    # A client upload's own backend upload goes with it, and is no leftover of its own while it lives.
+    stale_backend = [(b.key, b.upload_id) for b in owned_by(listing.backend_uploads, leftovers).values()]
+    stale_backend += [
         (b.key, b.upload_id)
-        for b in listing.backend_uploads
+        for b in unowned(listing.backend_uploads, uploads)
         if at - b.initiated.timestamp() >= options.stale_after
     ]
     plan = plan_cleanup(options, orphans, leftovers, stale_backend)

@@ -13,7 +13,15 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import TypeVar
 
-from tsproxy.service.leftovers import UPLOADS, Listed, UploadLeftover, find_uploads, internal_part
+from tsproxy.service.leftovers import (
+    UPLOADS,
+    Listed,
+    UploadLeftover,
+    find_uploads,
+    internal_part,
+    owned_by,
+    unowned,
+)
 from tsproxy.service.namespace import INTERNAL
 
 __all__ = [
@@ -26,9 +34,11 @@ __all__ = [
     "default_weight",
     "find_uploads",
     "internal_part",
+    "owned_by",
     "partition_count",
     "prefix_of",
     "spread",
+    "unowned",
 ]
 
 T = TypeVar("T")

@@ -30,7 +30,7 @@ from .checks import ChunkVerifier, Truncated
 from .driver import Listing, age, human_bytes, list_bucket, now, output_dir, write_json
 from .engine import JobRun, ObjectJob, Tally, TaskEnv, describe, opened_backend, run_job, write_rows
 from .options import JobOptions
-from .plan import Listed, find_uploads
+from .plan import Listed, find_uploads, unowned
 from .probe import probe
 
 SCHEMA = pa.schema(
@@ -186,7 +186,8 @@ def _check_metadata(meta: Mapping[str, str], size: int, etag: str) -> None:
 def upload_rows(listing: Listing, at: float, stale_after: float) -> list[dict[str, Any]]:
     """One row per multipart upload left in the backend (tsproxy's own and the backend's)."""
     rows = []
-    for u in find_uploads(listing.internal, listing.root):
+    uploads = find_uploads(listing.internal, listing.root)
+    for u in uploads:
         rows.append(
             {
                 "kind": "tsproxy",
@@ -198,7 +199,8 @@ def upload_rows(listing: Listing, at: float, stale_after: float) -> list[dict[st
                 "stale": u.stale(at, stale_after),
             }
         )
-    for b in listing.backend_uploads:
+    # A backend upload that belongs to a listed client upload is part of that upload's row.
+    for b in unowned(listing.backend_uploads, uploads):
         rows.append(
             {
                 "kind": "backend",

@@ -22,6 +22,7 @@ from tsproxy.metrics import Metrics
 from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.namespace import Namespace
 from tsproxy.service.records import (
+    PartRecord,
     StoredObject,
     UploadState,
 )
@@ -116,6 +117,12 @@ class ServiceCore:
         # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
         self._summaries: TtlCache[tuple[str, str, str], tuple[int, str]] = TtlCache(100_000, 0)
         self._uploads: TtlCache[str, UploadState] = TtlCache(1024, 0)
+        # (backend bucket, key of a part record) -> (its backend ETag, the record): the records this
+        # instance wrote need no GET at completion while the listing shows them unchanged.
+        self._part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
+        # The stored bytes of the small parts kept in those records (each below the backend's minimum
+        # part size): a completion by this instance needs not read them back.
+        self._inline_parts: TtlCache[tuple[str, str], bytes] = TtlCache(8, 0)
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
 

@@ -152,7 +152,7 @@ class Janitor:
         uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
         sweep = plan_sweep(internal, root.key, uploads, now, self.age, COMPLETED_UPLOAD_TTL.total_seconds())
         for upload in sweep.uploads:
-            await self._remove_upload(bucket, root.bucket, upload, run)
+            await self._remove_upload(bucket, root.bucket, upload, sweep.attached.get(upload.upload_id), run)
         await self._delete(root.bucket, list(sweep.completed), "upload_state", run)
         await self._delete(root.bucket, list(sweep.temporary), "temporary", run)
         await self._abort(bucket, root.bucket, await self._abortable(bucket, sweep), run)
@@ -174,9 +174,15 @@ class Janitor:
         return [u for u in sweep.backend_uploads if u not in at_keys or u in spared]
 
     async def _remove_upload(
-        self, bucket: str, backend_bucket: str, seen: UploadLeftover, run: JanitorRun
+        self,
+        bucket: str,
+        backend_bucket: str,
+        seen: UploadLeftover,
+        straight: UploadInfo | None,
+        run: JanitorRun,
     ) -> None:
-        """Remove an idle client upload: its state first (the upload is then gone), the rest after."""
+        """Remove an idle client upload: its state first (the upload is then gone), then the backend
+        upload its parts went straight into (`straight`), then the rest."""
         listed = await list_keys(self.backend, backend_bucket, seen.prefix)
         if not listed:
             return
@@ -195,6 +201,8 @@ class Janitor:
         if upload.has_state:
             keys.remove(upload.state_key)
             await self._delete(backend_bucket, [upload.state_key], "upload_state", run)
+        if straight is not None:
+            await self._abort(bucket, backend_bucket, [straight], run)
         await self._delete(backend_bucket, keys, "upload_state", run)
         log.info(
             "janitor removed an abandoned multipart upload",

@@ -14,15 +14,21 @@ One notion of "stale" serves the offline jobs (jobs/inventory, jobs/cleanup) and
 a client upload is *live* while any of its objects was written within the allowed idle time, and a
 backend upload is old once initiated longer ago than that. A backend upload that belongs to a live client
 upload (under its `.tsproxy/mpu/<id>/`, or at the key a live upload completes to) is never old enough.
+
+A client upload whose parts go straight into a backend upload names it in its id (see
+records.straight_upload_id). That backend upload is the client upload's own: while the client upload's
+state is listed it is no leftover of its own, whatever its age; it goes when the client upload goes
+(`Sweep.attached`). Once the client upload's state is gone, it is an old backend upload like any other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tsproxy.service.namespace import INTERNAL
+from tsproxy.service.records import backend_upload_of
 from tsproxy.store.base import Backend, UploadInfo, list_everything
 
 UPLOADS = INTERNAL + "mpu/"
@@ -71,6 +77,31 @@ class UploadLeftover:
     def state_key(self) -> str:
         return self.prefix + "state"
 
+    @property
+    def backend_upload(self) -> str | None:
+        """The id of the backend upload its parts go straight into, when its id names one."""
+        return backend_upload_of(self.upload_id)
+
+
+def owned_by(
+    backend_uploads: Iterable[UploadInfo], uploads: Iterable[UploadLeftover]
+) -> dict[str, UploadInfo]:
+    """The backend uploads that belong to a client upload whose state is listed, by client upload id."""
+    by_id = {b.upload_id: b for b in backend_uploads}
+    owned = {}
+    for u in uploads:
+        b = by_id.get(u.backend_upload or "")
+        if u.has_state and b is not None:
+            owned[u.upload_id] = b
+    return owned
+
+
+def unowned(backend_uploads: Iterable[UploadInfo], uploads: Iterable[UploadLeftover]) -> list[UploadInfo]:
+    """The backend uploads that belong to no client upload whose state is listed."""
+    listed = list(backend_uploads)
+    owned = {(b.key, b.upload_id) for b in owned_by(listed, uploads).values()}
+    return [b for b in listed if (b.key, b.upload_id) not in owned]
+
 
 def find_uploads(items: Iterable[Listed], root: str) -> list[UploadLeftover]:
     """Group the internal multipart objects of one bucket root by upload id."""
@@ -103,6 +134,8 @@ class Sweep:
     temporary: tuple[str, ...]  # probe objects past the age
     backend_uploads: tuple[UploadInfo, ...]  # old, and not under a live client upload's prefix
     live: tuple[UploadLeftover, ...]  # client uploads still live
+    # The backend uploads of the idle client uploads in `uploads`, by client upload id: they go with them.
+    attached: dict[str, UploadInfo] = field(default_factory=dict)
 
     def at_client_keys(self, root: str) -> list[UploadInfo]:
         """The backend uploads to abort that lie outside the reserved namespace (assemblies at a key)."""
@@ -134,12 +167,13 @@ def plan_sweep(
             completed.append(item.key)
         elif rest.startswith(PROBES) and "/" not in rest and now - item.modified >= age:
             temporary.append(item.key)
+    listed = list(backend_uploads)
     old = tuple(
         b
-        for b in backend_uploads
+        for b in unowned(listed, uploads)
         if now - b.initiated.timestamp() >= age and not b.key.startswith(live_prefixes)
     )
-    return Sweep(idle, tuple(completed), tuple(temporary), old, live)
+    return Sweep(idle, tuple(completed), tuple(temporary), old, live, owned_by(listed, idle))
 
 
 def spare_completing(candidates: Sequence[UploadInfo], live_keys: Iterable[str]) -> list[UploadInfo]:

@@ -1,7 +1,19 @@
-"""Multipart uploads: each client part a segment of its own, kept in the reserved namespace until done."""
+"""Multipart uploads: each client part a segment of its own.
+
+A part whose stored form is at least the backend's minimum part size goes straight into a backend
+multipart upload at the object's own key, begun with the client's upload, as the backend part of the
+same number; at completion only the tail is uploaded (with a small last part, as a part after the last
+one named) and the backend upload completed, so the backend receives every stored byte once. A smaller
+part (the last one, or one that compression shrank) is kept inside its part record, and an oversized
+one as an object of its own, until completion, which re-uploads or copies them into place. Each part's
+record is written before its UploadPart is answered, so any instance, or this one after a restart, can
+complete the upload; the instance that received the parts completes it without reading any of them
+back. docs/FORMAT.md describes the objects an upload keeps in the reserved namespace.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -12,31 +24,43 @@ from datetime import UTC, datetime, timedelta
 
 from tsproxy import errors
 from tsproxy.format import (
+    ChunkDecoder,
     ObjectContext,
+    SegmentEncoder,
     SegmentInfo,
+    TransformSettings,
     build_manifest,
     encode_tail,
 )
-from tsproxy.s3.limits import MAX_LIST_KEYS, MIN_PART_SIZE, check_part_number
+from tsproxy.format.manifest import META_FORMAT, Manifest
+from tsproxy.s3.limits import MAX_DELETE_KEYS, MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
 from tsproxy.service.core import (
     bounded_gather,
+    buffer_head,
+    chain,
     encode_meta_value,
     quietly,
 )
 from tsproxy.service.namespace import Location
 from tsproxy.service.records import (
+    MAX_UPLOAD_ID,
     ByteRange,
     PartRecord,
     StoredObject,
     UploadState,
+    backend_upload_of,
+    straight_upload_id,
+    upload_token,
 )
 from tsproxy.service.writes import WriteOps
-from tsproxy.store.base import ObjectInfo
+from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
 
 # How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
 # (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
 # records older than that.
 COMPLETED_UPLOAD_TTL = timedelta(hours=1)
+# Backend metadata naming the client upload (its id's random token) an object was completed from.
+META_UPLOAD = "tsproxy-upload"
 COMPLETED_SWEEP_INTERVAL = 600.0
 
 
@@ -87,9 +111,19 @@ class UploadOps(WriteOps):
         metadata: Mapping[str, str],
         headers: Mapping[str, str],
     ) -> str:
-        await self.head_bucket(bucket)
+        straight = isinstance(self.backend, MultipartCapable)
+        if self.ns.mapped or not straight:
+            await self.head_bucket(bucket)  # else the backend upload's creation says NoSuchBucket
         ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
-        upload_id = secrets.token_urlsafe(24)
+        token = secrets.token_urlsafe(24)
+        upload_id, backend_upload = token, None
+        if straight:
+            # Parts go straight into this upload; until it completes nothing is visible at the key.
+            dst = self.ns.object(bucket, key)
+            backend_upload = await multipart_of(self.backend).create_multipart(
+                dst.bucket, dst.key, metadata=straight_metadata(token), content_type=content_type
+            )
+            upload_id = straight_upload_id(token, backend_upload)
         state = UploadState(
             upload_id,
             key,
@@ -99,18 +133,23 @@ class UploadOps(WriteOps):
             dict(metadata),
             dict(headers),
             datetime.now(UTC),
+            backend_upload,
         )
         loc = self._upload_loc(bucket, upload_id, "state")
-        await self.backend.put(
-            loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": encode_meta_value(key)}
-        )
+        try:
+            await self.backend.put(
+                loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": encode_meta_value(key)}
+            )
+        except BaseException:
+            await quietly(self._abort_backend_upload(bucket, state))
+            raise
         self._uploads.put(upload_id, state)
         return upload_id
 
     async def _upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
         state = self._uploads.get(upload_id)
         if state is None:
-            if not upload_id or "/" in upload_id or len(upload_id) > 128:
+            if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
                 raise errors.NoSuchUpload(UploadId=upload_id)
             loc = self._upload_loc(bucket, upload_id, "state")
             try:
@@ -141,37 +180,79 @@ class UploadOps(WriteOps):
                 else:
                     yield item
 
-        info = await self.backend.put(data_loc.bucket, data_loc.key, stored())
-        seg = result["segment"]
-        record = PartRecord(part_no, seg.md5.hex(), seg.original_size, data_loc.key, seg, info.last_modified)
+        record: PartRecord | None = None
+        if state.backend_upload is not None:
+            # Held whole up to one backend part (as a streamed PUT holds one): then it is known whether
+            # it is big enough to be a backend part of its own.
+            head, rest = await buffer_head(stored(), self.part_size)
+            backend = multipart_of(self.backend)
+            if rest is None:
+                seg, modified = result["segment"], datetime.now(UTC)
+                if len(head) >= backend.min_part_size and part_no < MAX_PARTS:
+                    dst = self.ns.object(bucket, key)
+                    etag = await backend.upload_part(dst.bucket, dst.key, state.backend_upload, part_no, head)
+                    record = PartRecord(part_no, seg.md5.hex(), seg.original_size, "", seg, modified, etag)
+                elif len(head) < backend.min_part_size:
+                    # Too small to be a backend part but the last: kept in its record (one PUT).
+                    record = PartRecord(
+                        part_no, seg.md5.hex(), seg.original_size, "", seg, modified, None, head
+                    )
+            if record is None:
+                body: bytes | AsyncIterator[bytes] = head if rest is None else chain(head, rest)
+                info = await self.backend.put(data_loc.bucket, data_loc.key, body)
+        else:
+            info = await self.backend.put(data_loc.bucket, data_loc.key, stored())
+        if record is None:
+            seg = result["segment"]
+            record = PartRecord(
+                part_no, seg.md5.hex(), seg.original_size, data_loc.key, seg, info.last_modified
+            )
         info_loc = self._upload_loc(bucket, upload_id, f"{part_no:05d}.info")
         try:
-            await self.backend.put(info_loc.bucket, info_loc.key, record.to_bytes())
+            written = await self.backend.put(info_loc.bucket, info_loc.key, record.to_bytes())
         except BaseException:
-            await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
+            if record.data_key:
+                await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
+        record = dataclasses.replace(record, record_etag=written.etag)
+        self._part_records.put((info_loc.bucket, info_loc.key), (written.etag, record_alone(record)))
+        if record.inline is not None:
+            self._inline_parts.put((info_loc.bucket, info_loc.key), record.inline)
         return record
 
     async def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[UploadState, list[PartRecord]]:
+        state, records, _ = await self._list_upload(bucket, key, upload_id)
+        return state, records
+
+    async def _list_upload(
+        self, bucket: str, key: str, upload_id: str
+    ) -> tuple[UploadState, list[PartRecord], list[str]]:
+        """The upload's state, its parts' records (by part number) and every key it holds."""
         state = await self._upload_state(bucket, key, upload_id)
         prefix = self._upload_loc(bucket, upload_id)
-        infos: list[ObjectInfo] = []
+        listed: list[ObjectInfo] = []
         token: str | None = None
         while True:
             page = await self.backend.list(
                 prefix.bucket, prefix=prefix.key, token=token, max_keys=MAX_LIST_KEYS
             )
-            infos += [o for o in page.objects if o.key.endswith(".info")]
+            listed += page.objects
             if not page.is_truncated:
                 break
             token = page.next_token
 
         async def load(o: ObjectInfo) -> PartRecord:
-            _, data = await self.backend.get_bytes(prefix.bucket, o.key)
-            return PartRecord.from_bytes(data, o.last_modified)
+            where = (prefix.bucket, o.key)
+            known = self._part_records.get(where)
+            if known is not None and known[0] == o.etag:
+                inline = self._inline_parts.get(where) if known[1].kept_inline else None
+                if inline is not None or not known[1].kept_inline:
+                    return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
+            info, data = await self.backend.get_bytes(prefix.bucket, o.key)
+            return PartRecord.from_bytes(data, o.last_modified, info.etag)
 
-        records = await bounded_gather(16, infos, load)
-        return state, sorted(records, key=lambda r: r.part_no)
+        records = await bounded_gather(16, [o for o in listed if o.key.endswith(".info")], load)
+        return state, sorted(records, key=lambda r: r.part_no), [o.key for o in listed]
 
     def _completed_loc(self, bucket: str, upload_id: str = "") -> Location:
         return self.ns.internal(bucket, f"mpu-done/{upload_id}")
@@ -185,13 +266,76 @@ class UploadOps(WriteOps):
         """
         if not parts:
             raise errors.MalformedXML()
+        known = self._known_upload(bucket, key, upload_id, parts)
+        if known is not None:
+            try:
+                return await self._complete_from(bucket, key, upload_id, parts, *known)
+            except errors.InvalidPart:
+                pass  # a part was sent again through another instance meanwhile: read what is stored
         try:
-            state, records = await self.list_parts(bucket, key, upload_id)
+            state, records, keys = await self._list_upload(bucket, key, upload_id)
         except errors.NoSuchUpload:
-            done = await self._completed_upload(bucket, upload_id)
+            done = await self._completed_upload(bucket, key, upload_id, parts)
             if done is not None and done.answers(key, parts, datetime.now(UTC)):
                 return done
             raise
+        return await self._complete_from(bucket, key, upload_id, parts, state, records, keys)
+
+    def _known_upload(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> tuple[UploadState, list[PartRecord], list[str]] | None:
+        """The state, the named parts' records and the keys of a straight upload whose named parts this
+        instance received (as the Complete names them, and at least one sent straight), or None.
+
+        Such a completion needs no listing: should another instance have received one of the parts again
+        meanwhile, the backend upload no longer holds the part its record names and the backend's
+        Complete fails (InvalidPart), and the completion starts over from a listing. Objects of the
+        upload that this instance did not write (parts sent through another, or left out) are left to
+        the janitor.
+        """
+        state = self._uploads.get(upload_id)
+        if state is None or state.key != key or state.backend_upload is None:
+            return None
+        records: list[PartRecord] = []
+        keys = [self._upload_loc(bucket, upload_id, "state").key]
+        for no, etag in parts:
+            loc = self._upload_loc(bucket, upload_id, f"{no:05d}.info")
+            known = self._part_records.get((loc.bucket, loc.key))
+            if known is None or known[1].etag != etag.strip('"'):
+                return None
+            record = known[1]
+            if record.kept_inline:
+                inline = self._inline_parts.get((loc.bucket, loc.key))
+                if inline is None:
+                    return None
+                record = dataclasses.replace(record, inline=inline)
+            records.append(record)
+            keys += [loc.key, record.data_key] if record.data_key else [loc.key]
+        if not self._in_place(state, records):
+            return None  # completed by copying: that needs to know the parts are still there
+        return state, records, keys
+
+    def _in_place(self, state: UploadState, chosen: Sequence[PartRecord]) -> bool:
+        """Whether a completion of `chosen` completes the upload's own backend upload: when a part went
+        straight into it, or when no part but the last would have to be stored again (uncompressed) to
+        be a backend part (else copying keeps the parts as they are)."""
+        if state.backend_upload is None:
+            return False
+        if any(r.backend_etag is not None for r in chosen):
+            return True
+        min_part = multipart_of(self.backend).min_part_size
+        return all(r.segment.stored_size >= min_part for r in chosen[:-1])
+
+    async def _complete_from(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        state: UploadState,
+        records: Sequence[PartRecord],
+        keys: Sequence[str],
+    ) -> CompletedUpload:
         by_no = {r.part_no: r for r in records}
         chosen: list[PartRecord] = []
         for i, (no, etag) in enumerate(parts):
@@ -218,29 +362,243 @@ class UploadOps(WriteOps):
             metadata=state.metadata,
             headers=state.headers,
         )
-        tail = await self._cpu("store", encode_tail, manifest, ctx)
-        root = self.ns.root(bucket)
-        pieces = [
-            ByteRange(Location(root.bucket, r.data_key), 0, r.segment.stored_size - 1)
-            for r in chosen
-            if r.segment.stored_size
-        ]
         dst = self.ns.object(bucket, key)
-        meta = manifest.backend_metadata(len(tail))
-        info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+        if self._in_place(state, chosen):
+            info, manifest, meta = await self._complete_in_place(
+                bucket, dst, state, ctx, records, chosen, manifest
+            )
+        else:
+            tail = await self._cpu("store", encode_tail, manifest, ctx)
+            pieces = [self._kept(bucket, upload_id, r) for r in chosen if r.segment.stored_size]
+            meta = manifest.backend_metadata(len(tail))
+            if state.backend_upload is not None:
+                meta[META_UPLOAD] = upload_token(upload_id)
+            try:
+                info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+            except errors.PreconditionFailed:
+                # A part's record changed since it was read (the part sent again meanwhile).
+                raise errors.InvalidPart(UploadId=upload_id) from None
+            await quietly(self._abort_backend_upload(bucket, state))
         self.invalidate(bucket, key)
         self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
         done = CompletedUpload(key, etag, tuple(parts), datetime.now(UTC))
-        # The record goes in before the upload's state goes: a retry finds one or the other.
-        done_loc = self._completed_loc(bucket, upload_id)
-        await quietly(self.backend.put(done_loc.bucket, done_loc.key, done.to_bytes()))
-        await quietly(self._drop_upload(bucket, upload_id))
-        await quietly(self._sweep_completed(bucket))
+        if state.backend_upload is None:
+            # The record goes in before the upload's state goes: a retry finds one or the other. (The
+            # object of a straight upload names its upload itself.)
+            done_loc = self._completed_loc(bucket, upload_id)
+            await quietly(self.backend.put(done_loc.bucket, done_loc.key, done.to_bytes()))
+            await quietly(self._sweep_completed(bucket))
+        await quietly(self._drop_upload(bucket, upload_id, keys))
         return done
 
-    async def _completed_upload(self, bucket: str, upload_id: str) -> CompletedUpload | None:
-        if not upload_id or "/" in upload_id or len(upload_id) > 128:
+    def _kept(self, bucket: str, upload_id: str, record: PartRecord) -> ByteRange:
+        """Where the stored bytes of a part not sent straight are: its data object, or its record."""
+        root = self.ns.root(bucket)
+        size = record.segment.stored_size
+        if record.data_key:
+            return ByteRange(Location(root.bucket, record.data_key), 0, size - 1)
+        if not record.kept_inline:
+            raise errors.InternalError("A part sent straight has no stored bytes of its own.")
+        info = self._upload_loc(bucket, upload_id, f"{record.part_no:05d}.info")
+        first = record.inline_offset
+        return ByteRange(info, first, first + size - 1, record.record_etag)
+
+    async def _complete_in_place(
+        self,
+        bucket: str,
+        dst: Location,
+        state: UploadState,
+        ctx: ObjectContext,
+        records: Sequence[PartRecord],
+        chosen: Sequence[PartRecord],
+        manifest: Manifest,
+    ) -> tuple[ObjectInfo, Manifest, dict[str, str]]:
+        """Complete the backend upload the parts went to: parts kept aside are copied in (or, when
+        compression shrank them below the minimum part size, stored again uncompressed), the tail is
+        uploaded after the last part, and nothing is downloaded but a small last part.
+
+        The parts this completion uploads itself take backend part numbers that no part sent straight
+        holds, the tail's chosen at random among the free ones after the last part: two overlapping
+        completions of one upload do not overwrite each other's parts. The one whose backend Complete
+        lands second finds the backend upload gone and builds its object from the first one's (see
+        _complete_after_another).
+        """
+        backend = multipart_of(self.backend)
+        upload = state.backend_upload
+        assert upload is not None
+        root = self.ns.root(bucket)
+        straight = {r.part_no for r in records if r.backend_etag is not None}
+        parts: list[tuple[int, str]] = []
+        segments: list[SegmentInfo] = []
+        last_bytes: bytes | None = None  # the last part's stored bytes, when this completion holds them
+        *middle, last = chosen
+        try:
+            for r in middle:
+                seg, etag = r.segment, r.backend_etag
+                if etag is None and seg.stored_size >= backend.min_part_size:
+                    end = seg.stored_size - 1
+                    etag = await backend.upload_part_copy(
+                        dst.bucket, dst.key, upload, r.part_no, root.bucket, r.data_key, 0, end
+                    )
+                elif etag is None:
+                    stored = await self._part_bytes(root.bucket, r)
+                    seg, data = await self._cpu("store", store_uncompressed, ctx, state.settings, seg, stored)
+                    etag = await backend.upload_part(dst.bucket, dst.key, upload, r.part_no, data)
+                parts.append((r.part_no, etag))
+                segments.append(seg)
+            segments.append(last.segment)
+            if segments != [r.segment for r in chosen]:
+                manifest = build_manifest(
+                    ctx,
+                    state.settings,
+                    segments,
+                    etag=manifest.etag,
+                    md5=None,
+                    content_type=state.content_type,
+                    metadata=state.metadata,
+                    headers=state.headers,
+                )
+            tail = await self._cpu("store", encode_tail, manifest, ctx)
+
+            def free_number() -> int:
+                after = parts[-1][0] if parts else 0
+                free = [n for n in range(after + 1, MAX_PARTS + 1) if n not in straight]
+                if not free:
+                    raise errors.InternalError("No backend part number is left for the object's tail.")
+                return free[secrets.randbelow(len(free))] if len(free) > 1 else free[0]
+
+            if last.backend_etag is None and last.segment.stored_size <= self.part_size:
+                last_bytes = await self._part_bytes(root.bucket, last)
+                no = free_number()
+                etag = await backend.upload_part(dst.bucket, dst.key, upload, no, last_bytes + tail)
+                parts.append((no, etag))
+            else:
+                if last.backend_etag is not None:
+                    parts.append((last.part_no, last.backend_etag))
+                else:
+                    no, end = free_number(), last.segment.stored_size - 1
+                    etag = await backend.upload_part_copy(
+                        dst.bucket, dst.key, upload, no, root.bucket, last.data_key, 0, end
+                    )
+                    parts.append((no, etag))
+                no = free_number()
+                parts.append((no, await backend.upload_part(dst.bucket, dst.key, upload, no, tail)))
+            info = await backend.complete_multipart(dst.bucket, dst.key, upload, parts)
+        except errors.NoSuchUpload:
+            # Another completion of this upload landed first and took the backend upload with it.
+            return await self._complete_after_another(bucket, dst, state, ctx, chosen, last_bytes)
+        return info, manifest, straight_metadata(upload_token(state.upload_id))
+
+    async def _complete_after_another(
+        self,
+        bucket: str,
+        dst: Location,
+        state: UploadState,
+        ctx: ObjectContext,
+        chosen: Sequence[PartRecord],
+        last_bytes: bytes | None,
+    ) -> tuple[ObjectInfo, Manifest, dict[str, str]]:
+        """The slow path of overlapping completions: the parts sent straight now live only in the object
+        the other completion made (if it is still there), so each chosen part is copied from there, or
+        from where it was kept aside; a part found in neither makes the upload gone (NoSuchUpload)."""
+        gone = errors.NoSuchUpload(UploadId=state.upload_id)
+        self.invalidate(bucket, state.key)
+        try:
+            other: StoredObject | None = await self.resolve(bucket, state.key)
+        except errors.NoSuchKey:
+            other = None
+        if other is None or other.backend_metadata.get(META_UPLOAD) != upload_token(state.upload_id):
+            raise gone  # aborted (or completed, then overwritten), not completed by another request
+        found: dict[SegmentInfo, ByteRange] = {}
+        if other.manifest is not None:
+            offset = 0
+            for seg in other.manifest.segments:
+                found[seg] = ByteRange(other.loc, offset, offset + seg.stored_size - 1, other.backend_etag)
+                offset += seg.stored_size
+        segments = [r.segment for r in chosen]
+        etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
+        if (
+            other.manifest is not None
+            and other.ctx is not None
+            and other.ctx.to_state() == state.ctx_state
+            and other.manifest.segments == tuple(segments)
+        ):
+            # The other completion made what this one would (a repeat of the same Complete): it answers.
+            info = await self.backend.head(dst.bucket, dst.key)
+            if info.etag == other.backend_etag:
+                return info, other.manifest, dict(other.backend_metadata)
+        pieces: list[ByteRange] = []
+        *middle, last = chosen
+        for r in middle:
+            piece = found.get(r.segment)
+            if piece is None and r.backend_etag is None:
+                piece = self._kept(bucket, state.upload_id, r)
+            if piece is None:
+                raise gone
+            pieces.append(piece)
+        manifest = build_manifest(
+            ctx,
+            state.settings,
+            segments,
+            etag=etag,
+            md5=None,
+            content_type=state.content_type,
+            metadata=state.metadata,
+            headers=state.headers,
+        )
+        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        piece = found.get(last.segment)
+        if piece is None and last_bytes is not None:
+            tail = last_bytes + tail
+        elif piece is None and last.backend_etag is None:
+            piece = self._kept(bucket, state.upload_id, last)
+        elif piece is None:
+            raise gone
+        if piece is not None:
+            pieces.append(piece)
+        meta = manifest.backend_metadata(len(tail)) | {META_UPLOAD: upload_token(state.upload_id)}
+        try:
+            pieces = [p for p in pieces if p.last >= p.first]
+            info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+        except (errors.NoSuchKey, errors.PreconditionFailed):
+            raise gone from None  # what it was to be built from is gone or replaced meanwhile
+        return info, manifest, meta
+
+    async def _part_bytes(self, backend_bucket: str, record: PartRecord) -> bytes:
+        """The stored bytes of a part not sent straight (kept in its record, or an object of its own)."""
+        if record.inline is not None:
+            data = record.inline
+        elif not record.segment.stored_size:
+            return b""
+        else:
+            _, data = await self.backend.get_bytes(backend_bucket, record.data_key)
+        if len(data) != record.segment.stored_size:
+            raise errors.InternalError("A stored part is not the size its record says.")
+        return data
+
+    async def _abort_backend_upload(self, bucket: str, state: UploadState) -> None:
+        if state.backend_upload is not None:
+            dst = self.ns.object(bucket, state.key)
+            await multipart_of(self.backend).abort_multipart(dst.bucket, dst.key, state.backend_upload)
+
+    async def _completed_upload(
+        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> CompletedUpload | None:
+        """What a Complete of the upload answered, if it succeeded: for a straight upload, the object at
+        `key` when that object names the upload and has the ETag these parts make; for another, the
+        completed-upload record."""
+        if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
             return None
+        if backend_upload_of(upload_id) is not None:
+            try:
+                obj = await self.resolve(bucket, key)
+                md5s = b"".join(bytes.fromhex(etag.strip('"')) for _, etag in parts)
+            except (errors.NoSuchKey, ValueError):
+                obj = None
+            if obj is not None and obj.backend_metadata.get(META_UPLOAD) == upload_token(upload_id):
+                etag = hashlib.md5(md5s).hexdigest() + f"-{len(parts)}"
+                if obj.etag == etag:
+                    return CompletedUpload(key, etag, tuple(parts), obj.last_modified)
         loc = self._completed_loc(bucket, upload_id)
         try:
             _, data = await self.backend.get_bytes(loc.bucket, loc.key)
@@ -271,12 +629,19 @@ class UploadOps(WriteOps):
             token = page.next_token
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
-        await self._upload_state(bucket, key, upload_id)
+        state = await self._upload_state(bucket, key, upload_id)
         await self._drop_upload(bucket, upload_id)
+        await quietly(self._abort_backend_upload(bucket, state))
 
-    async def _drop_upload(self, bucket: str, upload_id: str) -> None:
+    async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
+        """Delete the upload's objects: `keys` when the caller has just listed them, else as listed now
+        (a part that arrives after that listing is left to the janitor)."""
         self._uploads.pop(upload_id)
         prefix = self._upload_loc(bucket, upload_id)
+        if keys is not None:
+            for start in range(0, len(keys), MAX_DELETE_KEYS):
+                await self.backend.delete_many(prefix.bucket, list(keys[start : start + MAX_DELETE_KEYS]))
+            return
         while True:
             page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=MAX_LIST_KEYS)
             keys = [o.key for o in page.objects]
@@ -308,3 +673,48 @@ class UploadOps(WriteOps):
 
         states = [s for s in await bounded_gather(16, ids, load) if s is not None]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
+
+
+def record_alone(record: PartRecord) -> PartRecord:
+    """A part record without the stored bytes it may keep (what the record cache holds)."""
+    return dataclasses.replace(record, inline=None) if record.inline is not None else record
+
+
+def straight_metadata(token: str) -> dict[str, str]:
+    """The backend metadata of an object completed from a straight backend upload, set when that upload
+    begins (its size, ETag and tail length are not known yet): the format, and the client upload it
+    came from, so that a repeated CompleteMultipartUpload can be answered from the object itself."""
+    return {META_FORMAT: "1", META_UPLOAD: token}
+
+
+def store_uncompressed(
+    ctx: ObjectContext, settings: TransformSettings, segment: SegmentInfo, stored: bytes
+) -> tuple[SegmentInfo, bytes]:
+    """A stored segment stored again without compression (under a fresh salt, so no nonce is reused):
+    a part at least the minimum part size before compression is then at least that size stored."""
+    view = memoryview(stored)
+    alone = build_manifest(
+        ctx,
+        settings,
+        [segment],
+        etag=segment.md5.hex(),
+        md5=None,
+        content_type=None,
+        metadata={},
+        headers={},
+    )
+    decoder = ChunkDecoder(alone, ctx)
+    encoder = SegmentEncoder(
+        ctx, dataclasses.replace(settings, compression="off"), segment.segment_no, object_start=False
+    )
+    out = bytearray()
+    for ref in alone.index:
+        for chunk in encoder.feed(
+            decoder.decode(ref, view[ref.stored_offset : ref.stored_offset + ref.stored_len])
+        ):
+            out += chunk
+    for chunk in encoder.finish():
+        out += chunk
+    if encoder.info.md5 != segment.md5:
+        raise errors.InternalError("A stored part does not decode to what was uploaded.")
+    return encoder.info, bytes(out)

@@ -93,18 +93,56 @@ class PartRecord:
     part_no: int
     etag: str
     size: int
-    data_key: str
+    data_key: str  # the part's stored bytes as an object of their own; "" when straight or inline
     segment: SegmentInfo
     last_modified: datetime
+    # The ETag of the backend multipart part (number `part_no` of the upload's `backend_upload`) that
+    # holds the stored bytes, when they went there straight; None when they are at `data_key`.
+    backend_etag: str | None = None
+    # The stored bytes themselves, for a part small enough to be kept in its `.info` object (after the
+    # segment): one PUT instead of a data object and a record.
+    inline: bytes | None = field(default=None, compare=False, repr=False)
+    # The backend ETag of the `.info` object this record was read from or written as (not stored): a
+    # copy of inline bytes from there is pinned to it.
+    record_etag: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def kept_inline(self) -> bool:
+        return not self.data_key and self.backend_etag is None
+
+    def _head(self, inline: int | None) -> bytes:
+        fields: dict[str, object] = {
+            "part": self.part_no,
+            "etag": self.etag,
+            "size": self.size,
+            "data": self.data_key,
+        }
+        if self.backend_etag is not None:
+            fields["backend_etag"] = self.backend_etag
+        if inline is not None:
+            fields["inline"] = inline
+        return json.dumps(fields).encode() + b"\n" + self.segment.to_bytes()
 
     def to_bytes(self) -> bytes:
-        head = json.dumps({"part": self.part_no, "etag": self.etag, "size": self.size, "data": self.data_key})
-        return head.encode() + b"\n" + self.segment.to_bytes()
+        if self.inline is None:
+            return self._head(None)
+        return self._head(len(self.inline)) + self.inline
+
+    @property
+    def inline_offset(self) -> int:
+        """Where a part kept inline starts in its `.info` object (its stored size is the segment's)."""
+        return len(self._head(self.segment.stored_size))
 
     @classmethod
-    def from_bytes(cls, data: bytes, last_modified: datetime) -> PartRecord:
+    def from_bytes(cls, data: bytes, last_modified: datetime, record_etag: str | None = None) -> PartRecord:
         head, _, seg = data.partition(b"\n")
         fields = json.loads(head)
+        inline: bytes | None = None
+        if "inline" in fields:
+            size = int(fields["inline"])
+            if not 0 <= size <= len(seg):
+                raise ValueError("a part record shorter than the part it keeps")
+            seg, inline = seg[: len(seg) - size], seg[len(seg) - size :]
         return cls(
             fields["part"],
             fields["etag"],
@@ -112,7 +150,39 @@ class PartRecord:
             fields["data"],
             SegmentInfo.from_bytes(seg),
             last_modified,
+            fields.get("backend_etag"),
+            inline,
+            record_etag,
         )
+
+
+# A client upload id is a random token; one whose parts go straight into a backend multipart upload
+# carries that upload's id after it (`<token>.<backend upload id, base64url without padding>`), so a bare
+# listing of the reserved namespace tells which backend upload belongs to which client upload.
+_STRAIGHT_SEPARATOR = "."
+MAX_UPLOAD_ID = 1024
+
+
+def straight_upload_id(token: str, backend_upload: str) -> str:
+    """The client upload id of an upload whose parts go straight into `backend_upload`."""
+    encoded = base64.urlsafe_b64encode(backend_upload.encode()).decode().rstrip("=")
+    return f"{token}{_STRAIGHT_SEPARATOR}{encoded}"
+
+
+def upload_token(upload_id: str) -> str:
+    """The random token a client upload id begins with."""
+    return upload_id.partition(_STRAIGHT_SEPARATOR)[0]
+
+
+def backend_upload_of(upload_id: str) -> str | None:
+    """The backend upload a client upload id names (see straight_upload_id), or None."""
+    _, sep, encoded = upload_id.partition(_STRAIGHT_SEPARATOR)
+    if not sep or not encoded:
+        return None
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -127,21 +197,25 @@ class UploadState:
     metadata: dict[str, str]
     headers: dict[str, str]
     initiated: datetime
+    # The backend multipart upload at the object's own key that parts go to straight (None: every part
+    # is kept as an object of its own until completion, as uploads begun by older versions are).
+    backend_upload: str | None = None
 
     def to_bytes(self) -> bytes:
         s = self.settings
-        return json.dumps(
-            {
-                "upload_id": self.upload_id,
-                "key": self.key,
-                "ctx": base64.b64encode(self.ctx_state).decode(),
-                "settings": [s.chunk_size, s.compression, s.level, s.encryption],
-                "content_type": self.content_type,
-                "metadata": self.metadata,
-                "headers": self.headers,
-                "initiated": self.initiated.isoformat(),
-            }
-        ).encode()
+        fields: dict[str, object] = {
+            "upload_id": self.upload_id,
+            "key": self.key,
+            "ctx": base64.b64encode(self.ctx_state).decode(),
+            "settings": [s.chunk_size, s.compression, s.level, s.encryption],
+            "content_type": self.content_type,
+            "metadata": self.metadata,
+            "headers": self.headers,
+            "initiated": self.initiated.isoformat(),
+        }
+        if self.backend_upload is not None:
+            fields["backend_upload"] = self.backend_upload
+        return json.dumps(fields).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UploadState:
@@ -158,6 +232,7 @@ class UploadState:
             f["metadata"],
             f["headers"],
             datetime.fromisoformat(f["initiated"]),
+            f.get("backend_upload"),
         )
 
 
