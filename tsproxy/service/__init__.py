@@ -8,6 +8,7 @@ The server's handlers speak HTTP; this package speaks objects. Each module has o
 - `reads`: resolve a key to a stored object and stream its original bytes;
 - `writes`: PutObject through the transform, copy, delete, rewrap;
 - `multipart`: multipart uploads, each part a segment of its own until completion;
+- `completion`: where an upload's parts are, and completing a straight upload in place;
 - `listing`, `buckets`: listings in the client's terms, and buckets;
 - `catalog`: the size catalog that spares listings a HEAD per object.
 
