@@ -34,7 +34,7 @@ ALLOW_INSECURE_KEY_RING = False  # refuse a key ring file that group or others m
 # Reading and caching.
 CACHE_DIR = "./tsproxy-cache"
 CACHE_SIZE = 1 << 30
-CACHE_ENCRYPT = True  # with encryption on, seal cached chunks (never plaintext on the node's disk)
+CACHE_ENCRYPT = True  # no effect (kept for old configs): cached chunks are stored bytes, sealed as stored
 MEMORY_CACHE_SIZE = 32 << 20
 PREFETCH = 16 << 20
 METADATA_TTL = 5.0  # seconds

@@ -1,14 +1,16 @@
-"""ChunkCache: persistence, self-checking entries, encryption at rest, the size bound and LRU eviction."""
+"""ChunkCache: persistence, self-checking entries, older layouts, the size bound and LRU eviction."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import stat
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from awscrt.checksums import crc32c
 
 from tsproxy.cache.chunks import ChunkCache, ChunkKey
 from tsproxy.metrics import Metrics
@@ -72,18 +74,17 @@ async def test_restart_keeps_entries(cache_dir: Path, io_executor: ThreadPoolExe
         second.close()
 
 
-@pytest.mark.parametrize("encrypted", [False, True])
+@pytest.mark.parametrize("where", ["header", "payload"])
 async def test_flipped_byte_is_deleted_counted_and_a_miss(
-    cache_dir: Path, io_executor: ThreadPoolExecutor, encrypted: bool
+    cache_dir: Path, io_executor: ThreadPoolExecutor, where: str
 ) -> None:
     metrics = Metrics()
-    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, metrics=metrics,
-                   encryption_key=os.urandom(32) if encrypted else None)  # fmt: skip
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, metrics=metrics)
     try:
         await c.put(key(0), payload(0))
         path = only_value_file(cache_dir)
         raw = bytearray(path.read_bytes())
-        raw[len(raw) // 2] ^= 0x01
+        raw[3 if where == "header" else len(raw) // 2] ^= 0x01  # the length, or the chunk's bytes
         path.write_bytes(raw)
         assert await c.get(key(0)) is None
         assert c.corrupt == 1
@@ -127,42 +128,52 @@ async def test_entries_swapped_between_keys_are_refused(cache: ChunkCache, cache
     assert cache.corrupt == 2
 
 
-async def test_encryption_at_rest(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
-    secret = b"kafka record payload " * 20000
-    k = os.urandom(32)
-    c = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
-    await c.put(key(0), secret)
-    c.close()
-    on_disk = only_value_file(cache_dir).read_bytes()
-    assert b"kafka record payload" not in on_disk
-    # The same key after a restart reads it back ...
-    again = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
-    assert bytes(await again.get(key(0)) or b"") == secret
-    again.close()
-    # ... another key (a rotated KEK after a restart), or no key at all, sees a miss, never ciphertext;
-    # and that is a changed setting, not damage: nothing counts as corrupt.
-    for other in (os.urandom(32), None):
-        metrics = Metrics()
-        c = ChunkCache(cache_dir, 64 << 20, encryption_key=other, executor=io_executor, metrics=metrics)
-        await c.put(key(1), payload(1))
-        if other is None:
-            # and a plain entry is no use to an encrypting cache either
-            await c.put(key(2), payload(2))
-        assert await c.get(key(0)) is None
-        assert await c.contains_many([key(0)]) == [False]  # deleted, so it does not hold space until evicted
-        assert c.corrupt == 0 and metrics.cache_corrupt._value.get() == 0
-        c.close()
-    c = ChunkCache(cache_dir, 64 << 20, encryption_key=k, executor=io_executor)
-    assert await c.get(key(2)) is None
-    assert c.corrupt == 0
-    c.close()
+def older_entry(kind: int, disk_key: bytes, data: bytes) -> bytes:
+    """An entry as a release before stored-chunk caching wrote it: a decoded chunk, CRC32C or sealed."""
+    if kind == 1:
+        return struct.pack(">BII", 1, len(data), crc32c(data, crc32c(disk_key))) + data
+    return bytes((3,)) + os.urandom(4 + 12) + os.urandom(len(data) + 16)  # key tag, nonce, sealed
+
+
+@pytest.mark.parametrize("kind", [1, 3])
+async def test_an_entry_of_an_older_layout_is_a_miss_not_corruption(
+    cache: ChunkCache, cache_dir: Path, kind: int
+) -> None:
+    metrics = Metrics()
+    cache._metrics = metrics
+    await cache.put(key(0), payload(0))
+    path = only_value_file(cache_dir)
+    # An intact entry of the older layout under the same key: its payload is a decoded chunk, which
+    # must never be handed to a reader as stored bytes.
+    path.write_bytes(older_entry(kind, key(0).to_bytes(), payload(0)))
+    assert await cache.get(key(0)) is None
+    assert await cache.contains_many([key(0)]) == [False]  # deleted, so it does not hold space
+    assert cache.corrupt == 0 and metrics.cache_corrupt._value.get() == 0
+    await cache.put(key(0), payload(1))
+    assert bytes(await cache.get(key(0)) or b"") == payload(1)
+
+
+async def test_an_unknown_kind_is_damage(cache: ChunkCache, cache_dir: Path) -> None:
+    await cache.put(key(0), payload(0))
+    path = only_value_file(cache_dir)
+    raw = bytearray(path.read_bytes())
+    raw[0] = 9
+    path.write_bytes(raw)
+    assert await cache.get(key(0)) is None
+    assert cache.corrupt == 1
+
+
+async def test_discard_stale_deletes_without_counting(cache: ChunkCache) -> None:
+    await cache.put(key(0), payload(0))
+    await cache.discard_stale(key(0))
+    assert await cache.contains_many([key(0)]) == [False]
+    assert await cache.get(key(0)) is None
+    assert cache.corrupt == 0
 
 
 def test_bad_arguments(cache_dir: Path) -> None:
     with pytest.raises(ValueError):
         ChunkCache(cache_dir, 0)
-    with pytest.raises(ValueError):
-        ChunkCache(cache_dir, 1 << 20, encryption_key=b"short")
 
 
 async def test_eviction_keeps_the_size_bound(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:

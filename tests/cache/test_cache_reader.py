@@ -145,16 +145,15 @@ async def test_a_restart_keeps_the_cache(
     cache_dir: Path, io_executor: ThreadPoolExecutor, executor: ThreadPoolExecutor, ring: KeyRing
 ) -> None:
     obj = make_object(text_data(2 * MIB), chunk_size=256 * KIB, compression="on", ring=ring)
-    key = bytes(range(32))
-    first_cache = ChunkCache(cache_dir, 64 * MIB, encryption_key=key, executor=io_executor)
+    first_cache = ChunkCache(cache_dir, 64 * MIB, executor=io_executor)
     reader = ChunkReader(first_cache, executor)
     fetch = CountingFetch(obj)
     assert await read_all(reader, obj, fetch, 0, len(obj.data) - 1) == obj.data
     await settle(reader)
     await reader.close()
     first_cache.close()
-    # A new process: a new cache on the same directory with the same key, a new reader.
-    second_cache = ChunkCache(cache_dir, 64 * MIB, encryption_key=key, executor=io_executor)
+    # A new process: a new cache on the same directory, a new reader.
+    second_cache = ChunkCache(cache_dir, 64 * MIB, executor=io_executor)
     reader = ChunkReader(second_cache, executor)
     again = CountingFetch(obj)
     assert await read_all(reader, obj, again, 0, len(obj.data) - 1) == obj.data
@@ -183,6 +182,62 @@ async def test_an_overwrite_or_delete_never_serves_stale_bytes(
     fetch_again = CountingFetch(again)
     assert await read_all(reader, again, fetch_again, 0, size - 1) == old.data
     assert fetch_again.bytes_fetched == len(again.stored)
+    await reader.close()
+
+
+@pytest.mark.parametrize("encrypted", [True, False])
+async def test_the_disk_cache_holds_the_stored_chunks_as_fetched(
+    cache: ChunkCache, cache_dir: Path, executor: ThreadPoolExecutor, ring: KeyRing, encrypted: bool
+) -> None:
+    # Nothing on the cache disk that the store does not hold: each entry carries one stored chunk,
+    # byte for byte (sealed under the object's DEK when encrypted, compressed when it shrank), never
+    # the plaintext; and a read from those entries alone gives the original bytes back.
+    obj = make_object(
+        text_data(MIB - 5, seed=8), chunk_size=256 * KIB, compression="on", ring=ring if encrypted else None
+    )
+    reader = ChunkReader(cache, executor, memory_bytes=0)
+    fetch = CountingFetch(obj)
+    assert await read_all(reader, obj, fetch, 0, len(obj.data) - 1) == obj.data
+    await settle(reader)
+    index = obj.manifest.index
+    assert len(index) == 4
+    for i in range(len(index)):
+        ref = index.chunk(i)
+        entry = await cache.get(chunk_key(obj, i))
+        assert entry is not None
+        assert bytes(entry) == bytes(obj.stored[ref.stored_offset : ref.stored_offset + ref.stored_len])
+        assert len(entry) < ref.original_len  # compressed: the cache holds what the store holds
+    on_disk = b"".join(p.read_bytes() for p in value_files(cache_dir))
+    assert obj.data[: 64 * KIB] not in on_disk and b'"offset": ' not in on_disk
+    calls = len(fetch.calls)
+    assert await read_all(reader, obj, fetch, 100, len(obj.data) - 1) == obj.data[100:]
+    assert len(fetch.calls) == calls
+    await reader.close()
+
+
+async def test_an_entry_that_does_not_decode_is_a_stale_miss(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing
+) -> None:
+    # The key binds the stored version, so an entry whose bytes are not that version's chunk cannot
+    # arise from the cache itself; if one did (another object's chunk, another version's), the
+    # decoder's check stops it: the reader drops it as stale (not disk damage) and fetches the chunk.
+    obj = make_object(random_data(512 * KIB, seed=12), chunk_size=128 * KIB, ring=ring)
+    other = make_object(random_data(512 * KIB, seed=12), chunk_size=128 * KIB, ring=ring)
+    ref = other.manifest.index.chunk(1)
+    metrics = Metrics()
+    reader = ChunkReader(cache, executor, memory_bytes=0, metrics=metrics)
+    await cache.put(
+        chunk_key(obj, 1), bytes(other.stored[ref.stored_offset : ref.stored_offset + ref.stored_len])
+    )
+    fetch = CountingFetch(obj)
+    assert await read_all(reader, obj, fetch, 130 * KIB, 140 * KIB) == obj.data[130 * KIB : 140 * KIB + 1]
+    assert len(fetch.calls) == 1  # the chunk came from the backend after all
+    assert cache.corrupt == 0 and metrics.cache_corrupt._value.get() == 0
+    await settle(reader)
+    entry = await cache.get(chunk_key(obj, 1))  # replaced by the chunk as the store holds it
+    own = obj.manifest.index.chunk(1)
+    assert entry is not None
+    assert bytes(entry) == bytes(obj.stored[own.stored_offset : own.stored_offset + own.stored_len])
     await reader.close()
 
 

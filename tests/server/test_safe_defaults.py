@@ -45,15 +45,16 @@ def _hits(p: RunningProxy) -> tuple[float, float]:
 def test_cache_is_sealed_private_and_survives_a_restart(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Encryption on (the default): no cached byte is plaintext, every file is 0600 and every directory
-    0700 even under umask 000, and a restarted server reads the same cache back."""
+    """Encryption on (the default): no cached byte is plaintext (entries are the stored chunks, sealed
+    under the object's DEK), every file is 0600 and every directory 0700 even under umask 000, and a
+    restarted server reads the same cache back."""
     marker = b"tsproxy-plaintext-marker:"
     data = b"".join(marker + b"%08d " % i for i in range(60_000))  # ~2 MiB, 8 chunks of 256 KiB
     old_umask = os.umask(0)
     try:
         p = start_proxy("seaweed", tmp_path, request, prefetch="0", memory_cache_size="0")
         try:
-            assert p.proxy.cache is not None and p.proxy.cache.encrypted
+            assert p.proxy.cache is not None
             s3 = p.client()
             s3.create_bucket(Bucket="sealed")
             s3.put_object(Bucket="sealed", Key="seg", Body=data)
@@ -79,6 +80,39 @@ def test_cache_is_sealed_private_and_survives_a_restart(
     try:
         assert again.client().get_object(Bucket="sealed", Key="seg")["Body"].read() == data
         assert _hits(again) == (8, 0)  # every chunk from the disk cache, none refetched
+        assert again.proxy.metrics.cache_corrupt._value.get() == 0
+    finally:
+        again.stop()
+
+
+def test_a_kek_rotation_keeps_the_cache(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Cached chunks are sealed under their object's DEK, not under a key of the cache's own: after
+    another KEK is activated and tsproxy restarts, every entry still serves, none counts as damage."""
+    data = os.urandom(1 << 20)  # 4 chunks of 256 KiB
+    p = start_proxy("local", tmp_path, request, prefetch="0", memory_cache_size="0")
+    try:
+        s3 = p.client()
+        s3.create_bucket(Bucket="rotated")
+        s3.put_object(Bucket="rotated", Key="seg", Body=data)
+        assert s3.get_object(Bucket="rotated", Key="seg")["Body"].read() == data
+        cache = p.proxy.cache
+        assert cache is not None
+        deadline = time.monotonic() + 20
+        while len(cache) < 4:  # cache writes finish after the response
+            assert time.monotonic() < deadline, "chunks did not reach the disk cache"
+            time.sleep(0.02)
+    finally:
+        p.stop()
+    ring_path = tmp_path / "ring.json"
+    ring = KeyRing.load(ring_path)
+    ring.activate(ring.add(key_id="kek-next"))
+    ring.save(ring_path)
+
+    again = start_proxy("local", tmp_path, request, prefetch="0", memory_cache_size="0")
+    try:
+        assert again.proxy.keyring is not None and again.proxy.keyring.active_id == "kek-next"
+        assert again.client().get_object(Bucket="rotated", Key="seg")["Body"].read() == data
+        assert _hits(again) == (4, 0)
         assert again.proxy.metrics.cache_corrupt._value.get() == 0
     finally:
         again.stop()

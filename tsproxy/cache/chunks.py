@@ -1,25 +1,27 @@
-"""The chunk cache: decoded chunks in a size-bounded LRU disk cache that survives restarts, sealed with
-AES-256-GCM when given a key (the server derives one from the key ring whenever encryption is on).
+"""The chunk cache: stored chunks, exactly as the object store holds them, in a size-bounded LRU disk
+cache that survives restarts.
+
+A chunk is cached as fetched: compressed (when its segment is) and sealed (AES-256-GCM under the
+object's data key, or its CRC32C for an object stored without encryption), and is decoded again on a
+hit (cache.reader). So the cache never holds a byte the store does not hold, and what the store holds
+encrypted stays encrypted on the node's disk with no key of the cache's own; a cache hit costs a read
+of the stored size (about a quarter of the chunk for Kafka data) and a decode, and a put costs the write
+of the stored size, nothing more.
 
 Entries live in a `diskcache.Cache` directory, keyed by (version id, segment_no, chunk_no). The version
 id (cache.reader.version_id) names one stored version of an object: its random object id together with
-what each of its segments holds, so neither an overwritten object nor another completion of the same
-multipart upload can be served from an old entry; the old entries age out of the LRU.
+what each of its segments holds (salt, stored chunk sizes and CRC32Cs), so neither an overwritten object
+nor another completion of the same multipart upload can be served from an old entry; the old entries
+age out of the LRU. An entry is
 
-Every entry is self-checking. Without encryption an entry is
-
-    kind (u8 = 1) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload
-
-and with `encryption_key` it is sealed with AES-256-GCM, the cache key bound in as associated data:
-
-    kind (u8 = 3) || key tag (4) || nonce (12, random) || AES-GCM(payload) with its 16-byte tag
-
-where the key tag is the first 4 bytes of HMAC-SHA256(encryption key, "tsproxy cache key tag").
+    kind (u8 = 4) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload
 
 An entry that fails its check (bit rot, a truncated file, a file swapped between keys) is deleted,
-counted as corrupt and reported as a miss; it is never served. An entry written under another setting
-(another encryption key after a key rotation and restart, encryption switched on or off, an older entry
-format) is not damage: it is deleted and reported as a miss without counting as corruption.
+counted as corrupt and reported as a miss; it is never served. An entry of an older layout (kind 1, a
+decoded chunk with a CRC32C; kind 3, a decoded chunk sealed under a key derived from the KEK) is not
+damage: it is deleted and reported as a miss without counting as corruption. So is an intact entry
+whose payload does not decode under the object's context (`discard_stale`): the key makes that all but
+impossible, but the decoder's check, not the cache's, is what stands between such bytes and a reader.
 
 Size: diskcache measures its volume as SQLite pages plus value file sizes, and evicts in two ways: a
 `set` that finds the volume at its limit evicts up to `cull_limit` least recently used entries, and
@@ -38,8 +40,8 @@ directory is moved aside as `<dir>.damaged-<UTC time>` (keeping its database for
 chunk files) or, when it cannot be renamed (a volume's mount point), emptied; the cache then starts
 empty, with one log line and `tsproxy_cache_resets_total{reason="damaged"}`.
 
-Every diskcache call runs off the event loop: lookups in the executor passed in, puts (sealing, the
-entry file's write and the row insert, several milliseconds a chunk) one at a time in a writer thread of
+Every diskcache call runs off the event loop: lookups in the executor passed in, puts (the entry
+file's write and the row insert, a few milliseconds a chunk) one at a time in a writer thread of
 the cache's own. Puts are serialised anyway (SQLite has one writer), and a lookup on a cold read's path
 never waits for a thread that a queue of puts holds.
 """
@@ -47,7 +49,6 @@ never waits for a thread that a queue of puts holds.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 import shutil
@@ -64,8 +65,6 @@ from typing import Any, NamedTuple, TypeVar
 
 import diskcache
 from awscrt.checksums import crc32c
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tsproxy.metrics import Metrics
 
@@ -73,15 +72,12 @@ log = logging.getLogger("tsproxy.cache")
 
 T = TypeVar("T")
 
-_KIND_PLAIN = 1
-_KIND_SEALED = 3  # kind 2, sealed without a key tag, was never released; read as another setting's
-_KEY_TAG_SIZE = 4
-_KINDS = (_KIND_PLAIN, 2, _KIND_SEALED)
-# What _open returns for an intact-looking entry written under another setting (a distinct object).
+_KIND_STORED = 4
+# Decoded chunks: 1 with a CRC32C, 3 sealed under a cache key; 2 was never released. Misses, not damage.
+_OLDER_KINDS = (1, 2, 3)
+# What _open returns for an entry of an older layout (a distinct object).
 _STALE = memoryview(b"")
-_PLAIN_HEADER = struct.Struct(">BII")  # kind, payload length, CRC32C
-_NONCE_SIZE = 12
-_TAG_SIZE = 16
+_HEADER = struct.Struct(">BII")  # kind, payload length, CRC32C
 _KEY = struct.Struct(">16sII")
 # Errors a damaged or vanished cache directory can raise; the cache degrades to misses on them.
 _STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
@@ -96,7 +92,7 @@ class _CacheDamaged(Exception):
 
 
 class ChunkKey(NamedTuple):
-    """Names one plaintext chunk of one stored object version."""
+    """Names one stored chunk of one stored object version."""
 
     object_id: bytes  # of the version: cache.reader.version_id, not the manifest's object id alone
     segment_no: int
@@ -155,7 +151,7 @@ def _make_private_dirs(root: str, relative: str) -> None:
 
 
 class ChunkCache:
-    """Decoded chunks on disk (sealed with encryption_key), LRU-evicted to stay within max_bytes.
+    """Stored chunks on disk, LRU-evicted to stay within max_bytes.
 
     The constructor opens (or creates) the directory and so does disk I/O: call it off the event loop.
     The async methods run their disk work in `executor` (one of its own if none is given).
@@ -166,22 +162,13 @@ class ChunkCache:
         directory: str | os.PathLike[str],
         max_bytes: int,
         *,
-        encryption_key: bytes | None = None,
         executor: Executor | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
-        if encryption_key is not None and len(encryption_key) != 32:
-            raise ValueError("the cache encryption key must be 32 bytes (AES-256)")
         self.directory = Path(directory)
         self.max_bytes = max_bytes
-        self._aead = AESGCM(encryption_key) if encryption_key is not None else None
-        self._key_tag = (
-            hmac.digest(encryption_key, b"tsproxy cache key tag", "sha256")[:_KEY_TAG_SIZE]
-            if encryption_key is not None
-            else b""
-        )
         self._own_executor = executor is None
         if executor is None:
             executor = ThreadPoolExecutor(4, thread_name_prefix="chunk-cache")
@@ -209,7 +196,7 @@ class ChunkCache:
     # -- reading -----------------------------------------------------------------------------------
 
     async def get(self, key: ChunkKey) -> bytes | memoryview | None:
-        """The cached plaintext of a chunk, or None (absent, unreadable or failed its check)."""
+        """The cached stored bytes of a chunk, or None (absent, unreadable or failed its check)."""
         return await self._run(self._get_sync, key)
 
     def _get_sync(self, key: ChunkKey) -> bytes | memoryview | None:
@@ -230,11 +217,16 @@ class ChunkCache:
             return None
         payload = self._open(disk_key, entry)
         if payload is _STALE:
-            self._delete_sync(disk_key)  # written under another setting: a miss, not damage
+            self._delete_sync(disk_key)  # an older layout: a miss, not damage
             return None
         if payload is None:
             self._discard_corrupt(disk_key)
         return payload
+
+    async def discard_stale(self, key: ChunkKey) -> None:
+        """Delete an intact entry that did not decode under its object's context: a miss, not damage."""
+        log.info("chunk cache entry does not decode for its object version; deleted and refetched")
+        await self._run(self._delete_sync, key.to_bytes())
 
     async def contains_many(self, keys: list[ChunkKey]) -> list[bool]:
         """Whether an entry exists for each key (not checked, not counted as a use for LRU), in one call."""
@@ -249,7 +241,8 @@ class ChunkCache:
     # -- writing -----------------------------------------------------------------------------------
 
     async def put(self, key: ChunkKey, data: bytes | memoryview) -> None:
-        """Store a chunk's plaintext, evicting least recently used entries to stay within max_bytes.
+        """Store a chunk's stored bytes (the reader decodes them first, so only verified bytes land here),
+        evicting least recently used entries to stay within max_bytes.
 
         A failing disk is logged and ignored: the cache is an optimisation, never a reason to fail a read.
         """
@@ -257,13 +250,8 @@ class ChunkCache:
 
     def _put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
         disk_key = key.to_bytes()
-        if self._aead is not None:
-            nonce = os.urandom(_NONCE_SIZE)
-            sealed = self._aead.encrypt(nonce, data, disk_key)
-            pieces = _Pieces(bytes((_KIND_SEALED,)) + self._key_tag, nonce, sealed)
-        else:
-            crc = crc32c(data, crc32c(disk_key))
-            pieces = _Pieces(_PLAIN_HEADER.pack(_KIND_PLAIN, len(data), crc), data)
+        crc = crc32c(data, crc32c(disk_key))
+        pieces = _Pieces(_HEADER.pack(_KIND_STORED, len(data), crc), data)
         try:
             with self._write_lock:
                 before = len(self._cache) + (disk_key not in self._cache)
@@ -298,11 +286,6 @@ class ChunkCache:
     def corrupt(self) -> int:
         """Entries that failed their check and were deleted since this ChunkCache was opened."""
         return self._corrupt
-
-    @property
-    def encrypted(self) -> bool:
-        """Whether entries are sealed with AES-GCM."""
-        return self._aead is not None
 
     def __len__(self) -> int:
         """Number of entries (disk access: call off the event loop)."""
@@ -381,33 +364,21 @@ class ChunkCache:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _open(self, disk_key: bytes, entry: bytes) -> bytes | memoryview | None:
-        """The payload of an entry if it passes its check; _STALE for another setting's entry; else None."""
+        """The payload of an entry if it passes its check; _STALE for an older layout's entry; else None."""
         view = memoryview(entry)
         if not view:
             return None
         kind = view[0]
-        if kind == _KIND_PLAIN and self._aead is None:
-            if len(view) < _PLAIN_HEADER.size:
+        if kind == _KIND_STORED:
+            if len(view) < _HEADER.size:
                 return None
-            _, length, crc = _PLAIN_HEADER.unpack_from(view)
-            payload = view[_PLAIN_HEADER.size :]
+            _, length, crc = _HEADER.unpack_from(view)
+            payload = view[_HEADER.size :]
             if len(payload) != length or crc32c(payload, crc32c(disk_key)) != crc:
                 return None
             return payload
-        if kind == _KIND_SEALED and self._aead is not None:
-            head = 1 + _KEY_TAG_SIZE
-            if len(view) < head + _NONCE_SIZE + _TAG_SIZE:
-                return None
-            if view[1:head] != self._key_tag:
-                return _STALE  # sealed under another key
-            try:
-                return self._aead.decrypt(
-                    view[head : head + _NONCE_SIZE], view[head + _NONCE_SIZE :], disk_key
-                )
-            except InvalidTag:
-                return None
-        if kind in _KINDS:
-            return _STALE  # encryption switched on or off across a restart, or an older entry format
+        if kind in _OLDER_KINDS:
+            return _STALE
         return None
 
     def _discard_corrupt(self, disk_key: bytes) -> None:

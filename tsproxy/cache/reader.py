@@ -5,18 +5,21 @@ For each chunk a read needs, in order:
 1. the few most recently used chunks held in memory (HotChunks) answer repeats at once;
 2. a disk-cache read started ahead for a forward reader (see below) is awaited;
 3. a download already under way (single-flight) is joined;
-4. else the disk cache is asked; a hit costs no backend request;
+4. else the disk cache is asked; a hit costs no backend request, and its stored bytes are decoded;
 5. else the chunk is fetched, together with the next missing chunks of the read (up to
    FOREGROUND_BYTES from where the read needs them), in one coalesced ranged GET.
 
 While it consumes, the reader keeps a window of chunks scheduled ahead (see prefetch.PrefetchPolicy):
 within its own range, and past it to the object's end once the object is being read forward. Those
 windows go out as background requests, bounded in number and in bytes, whose chunks land in the cache.
-A forward reader also has the next PROMOTE_AHEAD chunks read from the disk cache into memory in the
-background, so a warm sequential read does not stop at each chunk boundary for a 4 MiB disk read.
+A forward reader also has the next PROMOTE_AHEAD chunks read from the disk cache and decoded into
+memory in the background, so a warm sequential read does not stop at each chunk boundary for them.
 Chunks are decoded (authenticated, decrypted, inflated) in the executor, one ChunkDecoder per thread and
-object; a chunk that fails is an error for every reader waiting on it and is never cached. Downloads
-outlive the read that started them, so a client hanging up never fails another reader sharing them.
+object version. The disk cache holds the stored bytes as fetched (cache.chunks), put there once they have
+decoded; memory holds plaintext. A chunk that fails is an error for every reader waiting on it and is
+never cached; a disk-cache entry that fails to decode is dropped as stale and the chunk fetched again.
+Downloads outlive the read that started them, so a client hanging up never fails another reader
+sharing them.
 
 Memory: `memory_bytes` of hot chunks; a read holds the chunk it is yielding plus, without a disk cache,
 its own read-ahead window; downloads hold at most max_parallel_fetches requests of at most
@@ -146,7 +149,7 @@ class ChunkReader:
         self._tasks: set[asyncio.Task[None]] = set()
         # Disk-cache reads started ahead of a forward reader: their result, or None when the cache
         # no longer had the chunk. Not single-flight downloads: they fetch nothing from the backend.
-        self._promoting: dict[ChunkKey, asyncio.Future[bytes | memoryview | None]] = {}
+        self._promoting: dict[ChunkKey, asyncio.Future[bytes | None]] = {}
         self._local = threading.local()
         self._closed = False
 
@@ -215,9 +218,7 @@ class ChunkReader:
         if data is None and fut is None:
             fut = self._flights.join(key)
             if fut is None and self._cache is not None:
-                data = await self._cache.get(key)
-                if data is not None:
-                    self._hot.put(key, data)
+                data = await self._from_disk(rd, ref)
         if fut is None and data is None:
             fut = await self._fetch_foreground(rd, i, ref, position)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
@@ -242,7 +243,7 @@ class ChunkReader:
                     raise errors.ServiceUnavailable("shutting down") from None
             cached = self._hot.get(key)
             if cached is None and self._cache is not None:
-                cached = await self._cache.get(key)
+                cached = await self._from_disk(rd, ref)
             if cached is not None:
                 return cached
             # No await between looking and claiming, so the chunk cannot be claimed by another in between.
@@ -321,23 +322,40 @@ class ChunkReader:
             key = rd.key(ref)
             if key in self._hot or key in self._promoting or key in self._flights:
                 continue  # in memory already, or on its way
-            fut: asyncio.Future[bytes | memoryview | None] = asyncio.get_running_loop().create_future()
+            fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
             self._promoting[key] = fut
-            self._spawn(self._promote(key, fut))
+            self._spawn(self._promote(rd, ref, fut))
 
-    async def _promote(self, key: ChunkKey, fut: asyncio.Future[bytes | memoryview | None]) -> None:
-        assert self._cache is not None
-        data: bytes | memoryview | None = None
+    async def _promote(self, rd: _Read, ref: ChunkRef, fut: asyncio.Future[bytes | None]) -> None:
+        key = rd.key(ref)
+        data: bytes | None = None
         try:
-            data = await self._cache.get(key)  # a miss when the chunk is not (or no longer) cached
-            if data is not None:
-                self._hot.put(key, data)
+            data = await self._from_disk(rd, ref)  # a miss when the chunk is not (or no longer) cached
         finally:
             # Settled even when cancelled, so a reader waiting on it goes on to the other sources.
             if not fut.done():
                 fut.set_result(data)
             if self._promoting.get(key) is fut:
                 del self._promoting[key]
+
+    async def _from_disk(self, rd: _Read, ref: ChunkRef) -> bytes | None:
+        """Chunk ref's plaintext decoded from the disk cache (and now in memory too), or None on a miss."""
+        assert self._cache is not None
+        key = rd.key(ref)
+        stored = await self._cache.get(key)
+        if stored is None:
+            return None
+        try:
+            plain = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored
+            )
+        except errors.IntegrityError:
+            # The entry passed the cache's own check, so it is what was put under this key: bytes that
+            # are not this version's chunk are stale, never served and never counted as disk damage.
+            await self._cache.discard_stale(key)
+            return None
+        self._hot.put(key, plain)
+        return plain
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
@@ -431,12 +449,19 @@ class ChunkReader:
         fut.set_result(plain)
         self._hot.put(rd.key(ref), plain)
         if self._cache is not None:
-            await self._cache.put(rd.key(ref), plain)
+            # The stored bytes as fetched, now verified: a quarter of the plaintext for Kafka data, and
+            # already sealed when the object is encrypted.
+            await self._cache.put(rd.key(ref), stored)
         # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
         self._flights.forget(rd.key(ref), fut)
 
     def _decode(
-        self, manifest: Manifest, ctx: ObjectContext, version: bytes, ref: ChunkRef, stored: memoryview
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
     ) -> bytes:
         """Runs on an executor thread: verify and decode one chunk, counting the thread's CPU time."""
         started = time.thread_time()

@@ -88,13 +88,13 @@ class Proxy:
         await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
         caching = cfg.cache_settings()
         if caching.directory is not None:
-            cache_key = self.keyring.derive_key("chunk cache") if (caching.encrypt and self.keyring) else None
+            # Cached chunks are the stored bytes (sealed under their object's DEK when it is encrypted):
+            # the cache needs no key of its own, whatever cache_encrypt says.
             try:
                 self.cache = await asyncio.to_thread(
                     ChunkCache,
                     caching.directory,
                     caching.size,
-                    encryption_key=cache_key,
                     executor=self.io_executor,
                     metrics=self.metrics,
                 )
