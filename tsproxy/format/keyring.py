@@ -31,7 +31,6 @@ from typing import Any
 from cryptography.exceptions import InvalidKey
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 
 from tsproxy.durable import fsync_dir
@@ -282,16 +281,6 @@ class KeyRing:
         if kek is None:
             raise KeyNotFound(f"KEK {kek_id!r} is not on the key ring")
         return kek.unwrap(wrapped)
-
-    def derive_key(self, purpose: str) -> bytes:
-        """A 32-byte key for a local purpose (e.g. the chunk cache at rest), derived from the active KEK.
-
-        It changes when another KEK is activated; whatever it protected is then unreadable, so it must
-        only protect data that can be fetched again.
-        """
-        kek = self._keys[self._active]
-        info = f"tsproxy {purpose} v1".encode()
-        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(kek.material)
 
 
 def _new_id() -> str:
