@@ -182,6 +182,30 @@ class Regrouper:
             yield part
 
 
+async def read_ahead(parts: AsyncIterator[bytearray]) -> AsyncIterator[bytearray]:
+    """The parts of `parts`, the next one gathered (received, transformed) while the consumer uploads
+    the current one. Holds at most two parts; closing it stops the gathering and closes `parts`."""
+    pending: asyncio.Future[bytearray] | None = None
+    try:
+        pending = asyncio.ensure_future(anext(parts))
+        while True:
+            try:
+                part = await pending
+            except StopAsyncIteration:
+                pending = None
+                return
+            pending = asyncio.ensure_future(anext(parts))
+            yield part
+    finally:
+        if pending is not None:
+            pending.cancel()
+            # wait(), not `await`: the part's own error is superseded, and our own cancellation is kept.
+            await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # retrieved, so that asyncio does not report it as lost
+        await aclose(parts)
+
+
 async def aclose(iterator: AsyncIterator[Any]) -> None:
     close = getattr(iterator, "aclose", None)
     if close is not None:

@@ -1,0 +1,71 @@
+"""Receiving a payload ahead of the transform: the first stage of the store path's pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+# Received batches that may wait for the transform beyond the one it works on: with FEED_SIZE batches,
+# a request holds at most this many MiB of payload that it has received and not yet transformed.
+BATCHES_AHEAD = 8
+
+
+class PayloadBatches:
+    """Receives a payload stream into batches of at least `size` bytes (the last may be shorter), in a
+    task of its own, so that the client's bytes keep arriving while earlier batches are transformed and
+    sent. At most `ahead` batches wait; then the task stops reading, and the client's TCP window closes.
+
+    The payload's first error (a failed body check, a client gone) reaches the consumer from next(),
+    after the batches received before it. close() stops the task and closes the payload; call it in
+    a `finally`.
+    """
+
+    def __init__(self, payload: AsyncIterable[bytes | memoryview], size: int, ahead: int) -> None:
+        if size < 1 or ahead < 1:
+            raise ValueError("size and ahead must be positive")
+        self._queue: asyncio.Queue[bytearray | Exception | None] = asyncio.Queue(ahead)
+        self._task = asyncio.ensure_future(self._receive(aiter(payload), size))
+        self._ended = False
+
+    async def _receive(self, pieces: AsyncIterator[bytes | memoryview], size: int) -> None:
+        try:
+            pending = bytearray()
+            async for piece in pieces:
+                pending += piece
+                if len(pending) >= size:
+                    # The batch is handed on, not copied: a fresh buffer takes the next pieces.
+                    await self._queue.put(pending)
+                    pending = bytearray()
+            if pending:
+                await self._queue.put(pending)
+            await self._queue.put(None)
+        except Exception as e:
+            await self._queue.put(e)
+        finally:
+            await _aclose(pieces)
+
+    async def next(self) -> bytearray | None:
+        """The next batch; None once the payload has ended. Raises the payload's error."""
+        if self._ended:
+            return None
+        item = await self._queue.get()
+        if isinstance(item, Exception):
+            self._ended = True
+            raise item
+        if item is None:
+            self._ended = True
+        return item
+
+    async def close(self) -> None:
+        """Stop receiving (if still at it) and wait until the task is gone."""
+        self._ended = True
+        self._task.cancel()
+        # wait(), not `await task`: a cancellation of the caller itself must not be swallowed here.
+        await asyncio.wait([self._task])
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
