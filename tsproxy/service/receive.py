@@ -6,9 +6,13 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-# Received batches that may wait for the transform beyond the one it works on: with FEED_SIZE batches,
-# a request holds at most this many MiB of payload that it has received and not yet transformed.
-BATCHES_AHEAD = 8
+# Payload bytes handed to the transform at a time. A chunk's worth (at the default chunk size): each
+# hand-over to a thread and back costs GIL switches against the event loop, so fewer, larger ones
+# transform faster (64 MiB in 1 MiB batches measured ~1.3x the time of 4 MiB ones).
+BATCH_SIZE = 4 << 20
+# Received batches that may wait for the transform beyond the one it works on: a request holds at most
+# BATCH_SIZE * BATCHES_AHEAD bytes of payload it has received and not yet transformed.
+BATCHES_AHEAD = 2
 
 
 class PayloadBatches:

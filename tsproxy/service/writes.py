@@ -20,7 +20,6 @@ from tsproxy.format import rewrap as rewrap_manifest
 from tsproxy.format.manifest import META_FORMAT, META_SIZE
 from tsproxy.s3.limits import MAX_PARTS
 from tsproxy.service.core import (
-    FEED_SIZE,
     SMALL_OBJECT,
     buffer_head,
     chain,
@@ -29,7 +28,7 @@ from tsproxy.service.core import (
 )
 from tsproxy.service.namespace import Location
 from tsproxy.service.reads import ReadOps
-from tsproxy.service.receive import BATCHES_AHEAD, PayloadBatches
+from tsproxy.service.receive import BATCH_SIZE, BATCHES_AHEAD, PayloadBatches
 from tsproxy.service.records import (
     ByteRange,
     StoredObject,
@@ -59,15 +58,15 @@ class WriteOps(ReadOps):
         expected_md5: the client's Content-MD5; BadDigest is raised when the payload's MD5 differs, before
         the last chunk is yielded, so a consumer storing the chunks aborts and nothing is stored.
 
-        The stages overlap: a task receives the payload into batches ahead of the transform (bounded by
-        BATCHES_AHEAD), batch N is hashed on one executor thread and sealed on another while the chunks
-        of batch N-1 go to the consumer, and the consumer's sending (as slow as it may be) holds back
-        at most the batches already received. Chunks come out in order; the first error of any stage
-        (a failed body check, a client gone, a transform error) ends the stream with that error.
+        The stages overlap: a task receives the payload into batches ahead of the transform (at most
+        BATCHES_AHEAD of BATCH_SIZE wait); batch N is hashed on one executor thread and sealed on
+        another while the chunks of batch N-1 go to the consumer, whose sending (however slow) holds
+        back only what was already received. Chunks come out in order; the first error of any stage (a
+        failed body check, a client gone, a transform error) ends the stream with that error.
         """
         encoder = SegmentEncoder(ctx, settings, segment_no, object_start=object_start, hash_payload=False)
         md5 = hashlib.md5(usedforsecurity=False)
-        batches = PayloadBatches(payload, FEED_SIZE, BATCHES_AHEAD)
+        batches = PayloadBatches(payload, BATCH_SIZE, BATCHES_AHEAD)
         inflight: list[asyncio.Future[Any]] = []
         original = stored = 0
         ready: list[bytes] = []
