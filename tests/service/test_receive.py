@@ -38,7 +38,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def drain(batches: PayloadBatches) -> list[bytearray]:
+async def drain(batches: PayloadBatches) -> list[bytes]:
     out = []
     while (batch := await batches.next()) is not None:
         out.append(batch)

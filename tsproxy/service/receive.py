@@ -28,28 +28,31 @@ class PayloadBatches:
     def __init__(self, payload: AsyncIterable[bytes | memoryview], size: int, ahead: int) -> None:
         if size < 1 or ahead < 1:
             raise ValueError("size and ahead must be positive")
-        self._queue: asyncio.Queue[bytearray | Exception | None] = asyncio.Queue(ahead)
+        self._queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue(ahead)
         self._task = asyncio.ensure_future(self._receive(aiter(payload), size))
         self._ended = False
 
     async def _receive(self, pieces: AsyncIterator[bytes | memoryview], size: int) -> None:
         try:
-            pending = bytearray()
+            # Pieces are gathered and joined once a batch is full: one allocation of the batch's size,
+            # not a buffer grown (and copied) piece by piece.
+            gathered: list[bytes | memoryview] = []
+            filled = 0
             async for piece in pieces:
-                pending += piece
-                if len(pending) >= size:
-                    # The batch is handed on, not copied: a fresh buffer takes the next pieces.
-                    await self._queue.put(pending)
-                    pending = bytearray()
-            if pending:
-                await self._queue.put(pending)
+                gathered.append(piece)
+                filled += len(piece)
+                if filled >= size:
+                    await self._queue.put(b"".join(gathered))
+                    gathered, filled = [], 0
+            if filled:
+                await self._queue.put(b"".join(gathered))
             await self._queue.put(None)
         except Exception as e:
             await self._queue.put(e)
         finally:
             await _aclose(pieces)
 
-    async def next(self) -> bytearray | None:
+    async def next(self) -> bytes | None:
         """The next batch; None once the payload has ended. Raises the payload's error."""
         if self._ended:
             return None
