@@ -139,6 +139,9 @@ class SegmentEncoder:
     Memory is one chunk buffer plus the chunk being sealed. A full chunk is held back until more data
     arrives or finish() is called, because only then is it known whether it is the segment's last.
     Not thread-safe (its chain owns a zstd context): use one encoder from one thread at a time.
+
+    hash_payload False: the caller hashes the original bytes itself (on another thread, alongside the
+    sealing) and gives the MD5 to finish().
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class SegmentEncoder:
         *,
         salt: bytes | None = None,
         object_start: bool = True,
+        hash_payload: bool = True,
     ) -> None:
         if not 1 <= segment_no <= MAX_SEGMENT_NO:
             raise ValueError(f"segment_no {segment_no} is not within 1..{MAX_SEGMENT_NO}")
@@ -159,7 +163,7 @@ class SegmentEncoder:
         self._view = memoryview(bytearray())
         self._fill = 0
         self._size = 0
-        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._md5 = hashlib.md5(usedforsecurity=False) if hash_payload else None
         self._sizes: list[int] = []
         self._info: SegmentInfo | None = None
         # object_start False: a multipart part after the first, its data starting anywhere in the object.
@@ -187,7 +191,8 @@ class SegmentEncoder:
             return []
         if self._size + n > MAX_SEGMENT_SIZE:
             raise EntityTooLarge(f"a single upload or part is at most {MAX_SEGMENT_SIZE} bytes")
-        self._md5.update(view)
+        if self._md5 is not None:
+            self._md5.update(view)
         self._size += n
         size = self._chunk_size
         out: list[bytes] = []
@@ -210,10 +215,19 @@ class SegmentEncoder:
             pos += take
         return out
 
-    def finish(self) -> list[bytes]:
-        """Seal what is left as the last chunk; afterwards .info is set."""
+    def finish(self, payload_md5: bytes | None = None) -> list[bytes]:
+        """Seal what is left as the last chunk; afterwards .info is set.
+
+        payload_md5: the MD5 of everything fed, from a caller that hashes it (hash_payload False).
+        """
         if self._info is not None:
             raise RuntimeError("SegmentEncoder.finish called twice")
+        if self._md5 is not None and payload_md5 is None:
+            md5 = self._md5.digest()
+        elif self._md5 is None and payload_md5 is not None:
+            md5 = payload_md5
+        else:
+            raise ValueError("payload_md5 is given exactly when the encoder does not hash the payload")
         out: list[bytes] = []
         if self._fill:
             out.append(self._seal(self._view[: self._fill], last=True))
@@ -223,7 +237,7 @@ class SegmentEncoder:
             segment_no=self._segment_no,
             salt=seal.salt,
             original_size=self._size,
-            md5=self._md5.digest(),
+            md5=md5,
             stored_sizes=tuple(self._sizes),
             compressed=self._chain.compressed,
             crc32c=seal.crcs,

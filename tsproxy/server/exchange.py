@@ -50,8 +50,10 @@ class Exchange:
         assert self.s3.key is not None
         return self.s3.key
 
-    def payload(self, result: BodyResult) -> AsyncIterator[bytes | memoryview]:
-        """The request body's payload, checked as S3 checks it (see request_body), counted as it goes."""
+    def payload(self, result: BodyResult, *, verify_md5: bool = True) -> AsyncIterator[bytes | memoryview]:
+        """The request body's payload, checked as S3 checks it (see request_body), counted as it goes.
+
+        verify_md5 False: the consumer checks Content-MD5 itself (request_body.content_md5)."""
 
         async def counted() -> AsyncIterator[bytes | memoryview]:
             body = payload(
@@ -60,6 +62,7 @@ class Exchange:
                 self.auth,
                 result,
                 idle_timeout=self.body_idle_timeout,
+                verify_md5=verify_md5,
             )
             try:
                 async for piece in body:

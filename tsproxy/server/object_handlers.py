@@ -16,7 +16,7 @@ from tsproxy.s3 import ranges, xml
 from tsproxy.s3.routing import parse_copy_source
 from tsproxy.server.exchange import Exchange, xml_response
 from tsproxy.server.headers import content_type, object_headers, stored_headers, user_metadata
-from tsproxy.server.request_body import BodyResult
+from tsproxy.server.request_body import BodyResult, content_md5
 from tsproxy.service import ObjectChanged, StoredObject
 
 # -- objects -----------------------------------------------------------------------------------------
@@ -174,14 +174,16 @@ async def put_object(ex: Exchange) -> web.StreamResponse:
     h = ex.request.headers
     result = BodyResult()
     size_hint = _decoded_length(h)
+    # The transform hashes the payload for the ETag anyway: it checks Content-MD5 too.
     obj = await ex.service.put(
         ex.bucket,
         ex.key,
-        ex.payload(result),
+        ex.payload(result, verify_md5=False),
         content_type=content_type(h),
         metadata=user_metadata(h),
         headers={**stored_headers(h)},
         size_hint=size_hint,
+        content_md5=content_md5(h),
     )
     ex.metrics.client_bytes_in.inc(result.size)
     headers = {"ETag": f'"{obj.etag}"', **result.checksums}

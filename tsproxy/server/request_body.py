@@ -4,6 +4,10 @@ Handles plain bodies (Content-Length, optional signed SHA-256) and `aws-chunked`
 unsigned with trailing checksums). Content-MD5 and `x-amz-checksum-*` values, sent as headers or as
 trailers, are verified once the body has ended. A failed check raises the S3 error *before* the
 iterator finishes, so whatever consumes it (a backend upload) aborts and nothing is stored.
+
+A consumer that hashes the payload with MD5 anyway (the transform, for the ETag) takes the Content-MD5
+check over: it asks for `content_md5(headers)` and passes `verify_md5=False`, and the payload is hashed
+once. The check is then the consumer's to make before it stores anything.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def _declared_length(headers: Mapping[str, str], chunked: bool) -> int | None:
     return value
 
 
-def _content_md5(headers: Mapping[str, str]) -> bytes | None:
+def content_md5(headers: Mapping[str, str]) -> bytes | None:
+    """The digest the Content-MD5 header gives, None without one; InvalidDigest when it is malformed."""
     raw = headers.get("content-md5")
     if raw is None:
         return None
@@ -84,10 +89,13 @@ async def payload(
     result: BodyResult,
     *,
     idle_timeout: float | None = None,
+    verify_md5: bool = True,
 ) -> AsyncIterator[bytes | memoryview]:
     """Yield the client's payload bytes; raise the S3 error of the first failed check.
 
-    `headers` is case-insensitive. `result` receives the size, MD5 and checksums once the body ends.
+    `headers` is case-insensitive. `result` receives the size and checksums once the body ends.
+    verify_md5 False: the consumer checks Content-MD5 itself (see the module's docstring); a malformed
+    header is still InvalidDigest here.
     A client that stops sending for `idle_timeout` seconds gets RequestTimeout, as S3 answers one
     whose body stalls (S3 waits about 20 s); whatever consumed the stream so far is then abandoned.
     """
@@ -101,7 +109,7 @@ async def payload(
     if length is not None and length > MAX_PART_SIZE:
         raise errors.EntityTooLarge()
 
-    expected_md5 = _content_md5(headers)
+    expected_md5 = content_md5(headers)
     header_sums = checksum_headers(headers)
     trailer = declared_trailer(headers) if chunked else None
     if len(header_sums) + (1 if trailer else 0) > 1:
@@ -118,8 +126,8 @@ async def payload(
     except ValueError:
         raise errors.InvalidRequest(f"Unsupported checksum algorithm {algorithm}") from None
 
-    # The encoder hashes the payload for the ETag anyway; here MD5 is only for a Content-MD5 check.
-    md5 = hashlib.md5() if expected_md5 is not None else None
+    # Here MD5 is only for a Content-MD5 check that no consumer took over.
+    md5 = hashlib.md5() if expected_md5 is not None and verify_md5 else None
     sha256 = hashlib.sha256() if mode == "SHA256" else None
     decoder = (
         AwsChunkedDecoder(auth, decoded_length=length, trailer=trailer, checksum_algorithm=None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+import asyncio
+import hashlib
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from tsproxy import errors
@@ -18,7 +20,6 @@ from tsproxy.format import rewrap as rewrap_manifest
 from tsproxy.format.manifest import META_FORMAT, META_SIZE
 from tsproxy.s3.limits import MAX_PARTS
 from tsproxy.service.core import (
-    FEED_SIZE,
     SMALL_OBJECT,
     buffer_head,
     chain,
@@ -27,6 +28,7 @@ from tsproxy.service.core import (
 )
 from tsproxy.service.namespace import Location
 from tsproxy.service.reads import ReadOps
+from tsproxy.service.receive import BATCH_SIZE, BATCHES_AHEAD, PayloadBatches
 from tsproxy.service.records import (
     ByteRange,
     StoredObject,
@@ -47,32 +49,52 @@ class WriteOps(ReadOps):
         payload: AsyncIterable[bytes | memoryview],
         *,
         object_start: bool = True,
+        expected_md5: bytes | None = None,
     ) -> AsyncIterator[bytes | SegmentInfo]:
         """Transform a payload stream into stored chunks; the last item yielded is the SegmentInfo.
 
         object_start: the payload is the start of the object (PutObject, part 1), so the `auto`
         compression probe looks for a Kafka batch at its first byte rather than anywhere near its start.
+        expected_md5: the client's Content-MD5; BadDigest is raised when the payload's MD5 differs, before
+        the last chunk is yielded, so a consumer storing the chunks aborts and nothing is stored.
+
+        The stages overlap: a task receives the payload into batches ahead of the transform (at most
+        BATCHES_AHEAD of BATCH_SIZE wait); batch N is hashed on one executor thread and sealed on
+        another while the chunks of batch N-1 go to the consumer, whose sending (however slow) holds
+        back only what was already received. Chunks come out in order; the first error of any stage (a
+        failed body check, a client gone, a transform error) ends the stream with that error.
         """
-        encoder = SegmentEncoder(ctx, settings, segment_no, object_start=object_start)
-        pending = bytearray()
+        encoder = SegmentEncoder(ctx, settings, segment_no, object_start=object_start, hash_payload=False)
+        md5 = hashlib.md5(usedforsecurity=False)
+        batches = PayloadBatches(payload, BATCH_SIZE, BATCHES_AHEAD)
+        inflight: list[asyncio.Future[Any]] = []
         original = stored = 0
-        async for piece in payload:
-            pending += piece
-            if len(pending) >= FEED_SIZE:
-                # The buffer is handed to the encoder, not copied: a fresh one takes the next pieces.
-                batch, pending = pending, bytearray()
+        ready: list[bytes] = []
+        try:
+            while (batch := await batches.next()) is not None:
                 original += len(batch)
-                for chunk in await self._cpu("store", encoder.feed, batch):
+                # Both threads only read the batch; each of md5 and encoder is used by one at a time.
+                inflight = [
+                    asyncio.ensure_future(self._cpu("store", md5.update, batch)),
+                    asyncio.ensure_future(self._cpu("store", encoder.feed, batch)),
+                ]
+                for chunk in ready:
                     stored += len(chunk)
                     yield chunk
-        if pending:
-            original += len(pending)
-            for chunk in await self._cpu("store", encoder.feed, pending):
+                await inflight[0]
+                ready = await inflight[1]
+                inflight = []
+            digest = md5.digest()
+            if expected_md5 is not None and digest != expected_md5:
+                raise errors.BadDigest()
+            ready += await self._cpu("store", encoder.finish, digest)
+            for chunk in ready:
                 stored += len(chunk)
                 yield chunk
-        for chunk in await self._cpu("store", encoder.finish):
-            stored += len(chunk)
-            yield chunk
+        finally:
+            for future in inflight:
+                future.cancel()
+            await batches.close()
         if self.metrics is not None:
             self.metrics.transform_original_bytes.inc(original)
             self.metrics.transform_stored_bytes.inc(stored)
@@ -89,19 +111,21 @@ class WriteOps(ReadOps):
         headers: Mapping[str, str],
         size_hint: int | None = None,
         etag: str | None = None,
+        content_md5: bytes | None = None,
     ) -> StoredObject:
         """Store a whole object from a payload stream (PutObject). Nothing is visible unless it completes.
 
         `etag` keeps a given ETag instead of the payload's MD5 (migrating an object keeps the ETag its
-        clients already saw).
+        clients already saw). `content_md5`: the client's Content-MD5, checked against the MD5 the
+        transform computes anyway (BadDigest, nothing stored), so the payload need not be hashed twice.
         """
         loc = self.ns.object(bucket, key)
         settings = self.settings
         ctx = await self._cpu("store", ObjectContext.new, settings, self.keyring)
         result: dict[str, Any] = {}
 
-        async def stored() -> AsyncIterator[bytes]:
-            async for item in self._encode(ctx, settings, 1, payload):
+        async def stored() -> AsyncGenerator[bytes, None]:
+            async for item in self._encode(ctx, settings, 1, payload, expected_md5=content_md5):
                 if isinstance(item, SegmentInfo):
                     result["segment"] = item
                 else:
@@ -123,21 +147,26 @@ class WriteOps(ReadOps):
 
         # Small objects are buffered whole so their backend metadata can carry size and ETag; larger
         # ones stream, and the size/ETag are found in their tail (HEAD then costs one ranged GET).
-        buffered, stream = await buffer_head(stored(), min(self.part_size, SMALL_OBJECT))
-        if stream is None:
-            manifest = result["manifest"]
-            meta = manifest.backend_metadata(result["tail"])
-            info = await self.backend.put(
-                loc.bucket, loc.key, buffered, metadata=meta, content_type=content_type
-            )
-        else:
-            meta = {META_FORMAT: "1"}
-            if size_hint is not None:
-                meta[META_SIZE] = str(size_hint)
-            info = await self.backend.put(
-                loc.bucket, loc.key, chain(buffered, stream), metadata=meta, content_type=content_type
-            )
-            manifest = result["manifest"]
+        body = stored()
+        try:
+            buffered, stream = await buffer_head(body, min(self.part_size, SMALL_OBJECT))
+            if stream is None:
+                manifest = result["manifest"]
+                meta = manifest.backend_metadata(result["tail"])
+                info = await self.backend.put(
+                    loc.bucket, loc.key, buffered, metadata=meta, content_type=content_type
+                )
+            else:
+                meta = {META_FORMAT: "1"}
+                if size_hint is not None:
+                    meta[META_SIZE] = str(size_hint)
+                info = await self.backend.put(
+                    loc.bucket, loc.key, chain(buffered, stream), metadata=meta, content_type=content_type
+                )
+                manifest = result["manifest"]
+        finally:
+            # A failed or abandoned upload stops its receiving and transforming now, not at collection.
+            await body.aclose()
         self.invalidate(bucket, key)
         return self.cataloged(bucket, key, info, StoredObject.written(loc, info, manifest, ctx, meta))
 

@@ -34,7 +34,7 @@ from tsproxy.store.base import (
     unquote_etag,
 )
 from tsproxy.store.observe import BackendCall
-from tsproxy.store.s3body import Regrouper, S3Reader, content_range, slices
+from tsproxy.store.s3body import Regrouper, S3Reader, content_range, read_ahead, slices
 from tsproxy.store.s3client import info_of, quote_etag, utc
 from tsproxy.store.s3multipart import S3Multipart
 
@@ -217,7 +217,9 @@ class S3Backend(S3Multipart):
         first = await stream.next_part()
         if first is None or await stream.at_end():
             return await self._put_object(bucket, key, first or b"", metadata, content_type)
-        return await self._put_parts(bucket, key, stream.parts(first), metadata, content_type)
+        # The next part is gathered while one is uploaded: the stream's producer (a transform) keeps
+        # working instead of waiting for each upload.
+        return await self._put_parts(bucket, key, read_ahead(stream.parts(first)), metadata, content_type)
 
     async def delete(self, bucket: str, key: str) -> None:
         try:

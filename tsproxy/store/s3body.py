@@ -148,7 +148,9 @@ class Regrouper:
     """Regroups a stream into parts of exactly `size` bytes (the last may be shorter, never empty).
 
     Holds the part being filled and at most one piece of the stream: a piece that overflows a part is
-    carried over as a view, not copied.
+    carried over as a view, not copied. A part is joined once it is whole, as `bytes`: one allocation
+    of its size (no buffer grown and copied piece by piece), and a body the HTTP client sends without
+    slicing a copy of it first (it does copy a `bytearray`).
     """
 
     def __init__(self, body: AsyncIterable[bytes], size: int) -> None:
@@ -160,26 +162,55 @@ class Regrouper:
     async def _fill_carry(self) -> bool:
         while not self._carry and not self._ended:
             try:
-                self._carry = memoryview(await anext(self._pieces))
+                piece = await anext(self._pieces)
             except StopAsyncIteration:
                 self._ended = True
+            else:
+                # Views of a piece are held until its part is joined: a mutable one is copied first.
+                self._carry = memoryview(piece if isinstance(piece, bytes) else bytes(piece))
         return bool(self._carry)
 
-    async def next_part(self) -> bytearray | None:
-        part = bytearray()
-        while len(part) < self.size and await self._fill_carry():
-            take = self.size - len(part)
-            part += self._carry[:take]
+    async def next_part(self) -> bytes | None:
+        views: list[memoryview] = []
+        filled = 0
+        while filled < self.size and await self._fill_carry():
+            take = self.size - filled
+            views.append(self._carry[:take])
+            filled += len(views[-1])
             self._carry = self._carry[take:]
-        return part or None
+        return b"".join(views) if views else None
 
     async def at_end(self) -> bool:
         return not await self._fill_carry()
 
-    async def parts(self, first: bytearray) -> AsyncIterator[bytearray]:
+    async def parts(self, first: bytes) -> AsyncIterator[bytes]:
         yield first
         while (part := await self.next_part()) is not None:
             yield part
+
+
+async def read_ahead(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The parts of `parts`, the next one gathered (received, transformed) while the consumer uploads
+    the current one. Holds at most two parts; closing it stops the gathering and closes `parts`."""
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        pending = asyncio.ensure_future(anext(parts))
+        while True:
+            try:
+                part = await pending
+            except StopAsyncIteration:
+                pending = None
+                return
+            pending = asyncio.ensure_future(anext(parts))
+            yield part
+    finally:
+        if pending is not None:
+            pending.cancel()
+            # wait(), not `await`: the part's own error is superseded, and our own cancellation is kept.
+            await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # retrieved, so that asyncio does not report it as lost
+        await aclose(parts)
 
 
 async def aclose(iterator: AsyncIterator[Any]) -> None:
