@@ -110,25 +110,35 @@ def test_a_wrong_content_md5_stores_nothing(
     assert exc.value.response["Error"]["Code"] == "InvalidDigest"
 
 
-def test_upload_part_still_checks_content_md5(streaming: RunningProxy, bucket: str) -> None:
+def test_upload_part_checks_content_md5_against_the_transform_s_md5(
+    streaming: RunningProxy, bucket: str
+) -> None:
+    """A wrong Content-MD5 on a part, straight (large) or kept aside (small): BadDigest, nothing kept."""
     s3 = streaming.client()
     upload = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
-    data = os.urandom(6 * MIB)
-    with pytest.raises(ClientError) as exc:
+    data, small = os.urandom(6 * MIB), os.urandom(1000)
+    for number, body in ((1, data), (2, small)):
+        with pytest.raises(ClientError) as exc:
+            s3.upload_part(
+                Bucket=bucket, Key="mp", UploadId=upload, PartNumber=number, Body=body,
+                ContentMD5=_md5_header(b"x"),
+            )  # fmt: skip
+        assert exc.value.response["Error"]["Code"] == "BadDigest"
+    assert s3.list_parts(Bucket=bucket, Key="mp", UploadId=upload).get("Parts", []) == []
+    parts = [
         s3.upload_part(
-            Bucket=bucket, Key="mp", UploadId=upload, PartNumber=1, Body=data, ContentMD5=_md5_header(b"x")
-        )
-    assert exc.value.response["Error"]["Code"] == "BadDigest"
-    part = s3.upload_part(
-        Bucket=bucket, Key="mp", UploadId=upload, PartNumber=1, Body=data, ContentMD5=_md5_header(data)
-    )
+            Bucket=bucket, Key="mp", UploadId=upload, PartNumber=number, Body=body,
+            ContentMD5=_md5_header(body),
+        )["ETag"]
+        for number, body in ((1, data), (2, small))
+    ]  # fmt: skip
     s3.complete_multipart_upload(
         Bucket=bucket,
         Key="mp",
         UploadId=upload,
-        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+        MultipartUpload={"Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate(parts)]},
     )
-    assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == data
+    assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == data + small
 
 
 def _unsigned_put_head(url: str, length: int) -> bytes:

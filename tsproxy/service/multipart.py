@@ -153,9 +153,20 @@ class UploadOps(CompletionOps):
         return state
 
     async def upload_part(
-        self, bucket: str, key: str, upload_id: str, part_no: int, payload: AsyncIterable[bytes | memoryview]
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        payload: AsyncIterable[bytes | memoryview],
+        *,
+        content_md5: bytes | None = None,
     ) -> PartRecord:
-        """Transform one client part as its own segment and keep it until the upload completes."""
+        """Transform one client part as its own segment and keep it until the upload completes.
+
+        content_md5: the client's Content-MD5, checked against the transform's own MD5 of the part
+        (BadDigest, and nothing kept, when they differ).
+        """
         check_part_number(part_no)
         state = await self._upload_state(bucket, key, upload_id)
         ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
@@ -164,7 +175,9 @@ class UploadOps(CompletionOps):
         result: dict[str, SegmentInfo] = {}
 
         async def stored() -> AsyncIterator[bytes]:
-            async for item in self._encode(ctx, state.settings, part_no, payload, object_start=part_no == 1):
+            async for item in self._encode(
+                ctx, state.settings, part_no, payload, object_start=part_no == 1, expected_md5=content_md5
+            ):
                 if isinstance(item, SegmentInfo):
                     result["segment"] = item
                 else:
