@@ -66,6 +66,15 @@ class Generated:
     def tell(self) -> int:
         return self.pos
 
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """s3transfer closes what it read from once the upload is done; nothing is held open here."""
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:

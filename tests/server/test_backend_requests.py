@@ -223,6 +223,24 @@ def test_parts_compression_shrank_between_straight_parts(any_proxy: RunningProxy
         s3.get_object(Bucket=bucket, Key="small")
 
 
+def test_more_small_parts_than_are_kept_in_memory(any_proxy: RunningProxy) -> None:
+    """Parts kept inside their records beyond the few whose bytes stay in memory are read back by range,
+    pinned to their record: stored again uncompressed between straight parts, or copied in."""
+    s3 = any_proxy.client()
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    first, last = os.urandom(6 * MIB), os.urandom(6 * MIB)
+    middles = [bytes([n]) * (5 * MIB + n) for n in range(10)]  # each compresses to almost nothing
+    uploads = [(1, first), *((n + 2, m) for n, m in enumerate(middles)), (12, last)]
+    uid, parts = _upload(s3, bucket, "many", uploads)
+    _complete(s3, bucket, "many", uid, parts)
+    assert s3.get_object(Bucket=bucket, Key="many")["Body"].read() == first + b"".join(middles) + last
+    # Small parts only: the object is assembled by copying ranges of the records.
+    uid, parts = _upload(s3, bucket, "copied", [(n + 1, m) for n, m in enumerate(middles)])
+    _complete(s3, bucket, "copied", uid, parts)
+    assert s3.get_object(Bucket=bucket, Key="copied")["Body"].read() == b"".join(middles)
+
+
 def test_an_upload_begun_by_an_older_version_completes(cold: RunningProxy) -> None:
     """Its state names no backend upload: every part is kept aside and copied in at completion."""
     s3 = cold.client()

@@ -108,7 +108,7 @@ class CompletionOps(WriteOps):
                         dst.bucket, dst.key, upload, r.part_no, root.bucket, r.data_key, 0, end
                     )
                 elif etag is None:
-                    stored = await self._part_bytes(root.bucket, r)
+                    stored = await self._part_bytes(bucket, state.upload_id, r)
                     seg, data = await self._cpu("store", store_uncompressed, ctx, state.settings, seg, stored)
                     etag = await backend.upload_part(dst.bucket, dst.key, upload, r.part_no, data)
                 parts.append((r.part_no, etag))
@@ -135,7 +135,7 @@ class CompletionOps(WriteOps):
                 return free[secrets.randbelow(len(free))] if len(free) > 1 else free[0]
 
             if last.backend_etag is None and last.segment.stored_size <= self.part_size:
-                last_bytes = await self._part_bytes(root.bucket, last)
+                last_bytes = await self._part_bytes(bucket, state.upload_id, last)
                 no = free_number()
                 etag = await backend.upload_part(dst.bucket, dst.key, upload, no, last_bytes + tail)
                 parts.append((no, etag))
@@ -231,14 +231,20 @@ class CompletionOps(WriteOps):
             raise gone from None  # what it was to be built from is gone or replaced meanwhile
         return info, manifest, meta
 
-    async def _part_bytes(self, backend_bucket: str, record: PartRecord) -> bytes:
+    async def _part_bytes(self, bucket: str, upload_id: str, record: PartRecord) -> bytes:
         """The stored bytes of a part not sent straight (kept in its record, or an object of its own)."""
         if record.inline is not None:
             data = record.inline
         elif not record.segment.stored_size:
             return b""
         else:
-            _, data = await self.backend.get_bytes(backend_bucket, record.data_key)
+            where = self._kept(bucket, upload_id, record)
+            try:
+                _, data = await self.backend.get_bytes(
+                    where.loc.bucket, where.loc.key, where.first, where.last, if_match=where.etag
+                )
+            except errors.PreconditionFailed:
+                raise errors.InvalidPart(UploadId=upload_id, PartNumber=str(record.part_no)) from None
         if len(data) != record.segment.stored_size:
             raise errors.InternalError("A stored part is not the size its record says.")
         return data

@@ -181,13 +181,25 @@ class ServiceCore:
 
 
 async def buffer_head(stream: AsyncIterator[bytes], limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
-    """Read up to `limit` bytes; return (bytes, None) if the stream ended, else (head, rest of stream)."""
-    buf = bytearray()
+    """Read up to `limit` bytes; return (bytes, None) if the stream ended, else (head, rest of stream).
+
+    The pieces are joined once, at the end: a buffer grown piece by piece would be copied as it grows
+    and once more into bytes, and with several parts in flight those copies were most of the peak.
+    """
+    pieces: list[bytes] = []
+    held = 0
     async for piece in stream:
-        buf += piece
-        if len(buf) >= limit:
-            return bytes(buf), stream
-    return bytes(buf), None
+        pieces.append(piece)
+        held += len(piece)
+        if held >= limit:
+            return _joined(pieces), stream
+    return _joined(pieces), None
+
+
+def _joined(pieces: list[bytes]) -> bytes:
+    head = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
+    pieces.clear()  # the pieces go now, not when the caller's frame does
+    return head
 
 
 async def chain(head: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

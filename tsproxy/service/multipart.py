@@ -50,6 +50,9 @@ from tsproxy.service.records import (
 )
 from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
 
+# A part record's head (JSON line and segment) is read with this many bytes, which holds it whole unless
+# the segment has a great many chunks; a part kept in the record after it is left for a ranged read.
+RECORD_HEAD_READ = 64 * 1024
 # How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
 # (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
 # records older than that.
@@ -248,11 +251,25 @@ class UploadOps(CompletionOps):
             where = (prefix.bucket, o.key)
             known = self._part_records.get(where)
             if known is not None and known[0] == o.etag:
+                # Written by this instance and unchanged: a part it keeps comes from memory if still
+                # there, else by a ranged read when it is needed.
                 inline = self._inline_parts.get(where) if known[1].kept_inline else None
-                if inline is not None or not known[1].kept_inline:
-                    return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
-            info, data = await self.backend.get_bytes(prefix.bucket, o.key)
-            return PartRecord.from_bytes(data, o.last_modified, info.etag)
+                return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
+            # The record's head only: a part kept inside it is read (by range) when it is needed, so a
+            # completion of many small parts does not hold them all at once.
+            record: PartRecord | None = None
+            try:
+                info, data = await self.backend.get_bytes(
+                    prefix.bucket, o.key, 0, min(o.size, RECORD_HEAD_READ) - 1, if_match=o.etag
+                )
+                record = PartRecord.from_head(data, o.size, o.last_modified, info.etag)
+            except errors.PreconditionFailed:
+                pass  # the part was sent again since the listing: read the record there now
+            if record is None:  # (or a head longer than the first read)
+                info, data = await self.backend.get_bytes(prefix.bucket, o.key)
+                whole = PartRecord.from_bytes(data, o.last_modified, info.etag)
+                record = dataclasses.replace(whole, inline=None)
+            return record
 
         records = await bounded_gather(16, [o for o in listed if o.key.endswith(".info")], load)
         return state, sorted(records, key=lambda r: r.part_no), [o.key for o in listed]
@@ -307,11 +324,8 @@ class UploadOps(CompletionOps):
             if known is None or known[1].etag != etag.strip('"'):
                 return None
             record = known[1]
-            if record.kept_inline:
-                inline = self._inline_parts.get((loc.bucket, loc.key))
-                if inline is None:
-                    return None
-                record = dataclasses.replace(record, inline=inline)
+            if record.kept_inline:  # its bytes from memory when still there, else read by range
+                record = dataclasses.replace(record, inline=self._inline_parts.get((loc.bucket, loc.key)))
             records.append(record)
             keys += [loc.key, record.data_key] if record.data_key else [loc.key]
         if not self._in_place(state, records):

@@ -134,6 +134,34 @@ class PartRecord:
         return len(self._head(self.segment.stored_size))
 
     @classmethod
+    def from_head(
+        cls, data: bytes, stored_len: int, last_modified: datetime, record_etag: str | None = None
+    ) -> PartRecord | None:
+        """The record from the first bytes of its `.info` object (`stored_len` bytes in all), without the
+        part it may keep (`inline` stays None; `kept_inline` tells). None when `data` is too short."""
+        head, newline, rest = data.partition(b"\n")
+        if not newline:
+            return None
+        fields = json.loads(head)
+        kept = int(fields["inline"]) if "inline" in fields else 0
+        segment_len = stored_len - len(head) - 1 - kept
+        if kept < 0 or segment_len < 0:
+            raise ValueError("a part record shorter than the part it keeps")
+        if len(rest) < segment_len:
+            return None
+        return cls(
+            fields["part"],
+            fields["etag"],
+            fields["size"],
+            fields["data"],
+            SegmentInfo.from_bytes(rest[:segment_len]),
+            last_modified,
+            fields.get("backend_etag"),
+            None,
+            record_etag,
+        )
+
+    @classmethod
     def from_bytes(cls, data: bytes, last_modified: datetime, record_etag: str | None = None) -> PartRecord:
         head, _, seg = data.partition(b"\n")
         fields = json.loads(head)
