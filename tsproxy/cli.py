@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from tsproxy import __version__, config, logs
+from tsproxy import __version__, config, logs, memory
 from tsproxy.errors import ConfigError
 
 T = TypeVar("T")
@@ -131,6 +131,7 @@ def _serve(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
+    memory.fix_mmap_threshold()  # before any thread starts allocating (see tsproxy/memory.py)
     started: list[bool] = []
     _starting(lambda: asyncio.run(server.run(cfg, ready=lambda: started.append(True))), debug, started)
     return 0
