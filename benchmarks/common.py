@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import statistics
@@ -195,6 +196,21 @@ class TsproxyProcess:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+def markdown(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    """The rows as a markdown table (columns in order); a missing or NaN figure is n/a."""
+
+    def cell(value: Any) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "n/a"
+        if isinstance(value, float):
+            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def print_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:

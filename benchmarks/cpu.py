@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from common import markdown
 from fetch_support import (
     CHUNK_BYTES,
     MIB,
@@ -369,19 +370,6 @@ def parse_checks(text: str) -> list[str]:
             f"client checks are a comma-separated subset of {','.join(CLIENT_CHECKS)}"
         )
     return names
-
-
-def markdown(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    def cell(value: Any) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "n/a"
-        if isinstance(value, float):
-            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import markdown
 from fetch_support import (
     MIB,
     SCENARIOS,
@@ -68,21 +69,6 @@ COLUMNS = (
 )
 # Where a Kafka broker with Aiven's plugin would put the segment (topic "clicks", partition 0).
 SEGMENT_KEY = "clicks-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a markdown table; missing figures are n/a."""
-
-    def cell(value: Any) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "n/a"
-        if isinstance(value, float):
-            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in COLUMNS) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def parse_systems(text: str) -> list[str]:
@@ -167,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     direct = {r["scenario"]: r["mib_s"] for r in rows if r["system"] == "direct"}
     for r in rows:
         r["vs_direct"] = r["mib_s"] / direct[r["scenario"]] if direct.get(r["scenario"]) else None
-    print(markdown_table(rows))
+    print(markdown(rows, COLUMNS))
     print("\nGoals:")
     for goal in check_goals(rows):
         print("  " + goal.line())

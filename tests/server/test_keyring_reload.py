@@ -10,14 +10,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.server.harness import RunningProxy, start_local
+from tests.support.waiting import eventually
 from tsproxy.format import KeyRing
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    eventually(check, timeout)
 
 
 def _reloads(p: RunningProxy, outcome: str) -> float:

@@ -9,7 +9,6 @@ import base64
 import hashlib
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from botocore.exceptions import ClientError
 from tests.server.conftest import start_proxy
 from tests.server.harness import ACCESS_KEY, SECRET_KEY, RunningProxy
 from tests.support.seaweed import SeaweedFS
+from tests.support.waiting import eventually
 
 MIB = 1 << 20
 WAIT = 30.0  # bound for what the server does within a fraction of a second
@@ -64,10 +64,7 @@ def _backend_calls(running: RunningProxy, operation: str) -> float:
 
 
 def _eventually(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+    eventually(check, WAIT)
 
 
 @pytest.mark.parametrize("size", [3 * MIB + 5, 23 * MIB + 12345])

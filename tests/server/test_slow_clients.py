@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from tests.server.conftest import start_proxy
 from tests.server.harness import ACCESS_KEY, SECRET_KEY, RunningProxy
+from tests.support.waiting import eventually
 from tsproxy import config as tsconfig
 from tsproxy.errors import ConfigError
 
@@ -84,10 +85,7 @@ def _sample(running: RunningProxy, name: str, labels: dict[str, str] | None = No
 
 
 def _eventually(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+    eventually(check, WAIT)
 
 
 @pytest.fixture
