@@ -131,7 +131,8 @@ def _serve(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
-    memory.fix_mmap_threshold()  # before any thread starts allocating (see tsproxy/memory.py)
+    if cfg.malloc_mmap_threshold:  # before any thread starts allocating (see tsproxy/memory.py)
+        memory.fix_mmap_threshold(cfg.malloc_mmap_threshold)
     started: list[bool] = []
     _starting(lambda: asyncio.run(server.run(cfg, ready=lambda: started.append(True))), debug, started)
     return 0

@@ -302,6 +302,11 @@ class Config:
         default=defaults.MEMORY_CACHE_SIZE,
         metadata=parsed_by(parse_size, _between(0, 4 << 30, "must be between 0 and 4GiB")),
     )
+    # glibc's mmap threshold, fixed at start (tsproxy/memory.py); 0 leaves glibc's own
+    malloc_mmap_threshold: int = field(
+        default=defaults.MALLOC_MMAP_THRESHOLD,
+        metadata=parsed_by(parse_size, _between(0, 32 << 20, "must be between 0 and 32MiB")),
+    )
     prefetch: int = field(
         default=defaults.PREFETCH,
         metadata=parsed_by(parse_size, _between(0, 1 << 30, "must be at most 1GiB")),

@@ -36,6 +36,7 @@ CACHE_DIR = "./tsproxy-cache"
 CACHE_SIZE = 1 << 30
 CACHE_ENCRYPT = True  # no effect (kept for old configs): cached chunks are stored bytes, sealed as stored
 MEMORY_CACHE_SIZE = 32 << 20
+MALLOC_MMAP_THRESHOLD = 8 << 20  # see tsproxy/memory.py; 0: glibc's own (moving) threshold
 PREFETCH = 16 << 20
 METADATA_TTL = 5.0  # seconds
 

@@ -4,27 +4,25 @@ tsproxy's hot path allocates and frees buffers of a few MiB (chunks, batches, pa
 threads. glibc's malloc serves allocations above its mmap threshold with their own mappings, returned
 to the system on free, but by default it raises that threshold after each such free (up to 32 MiB): from
 then on multi-MiB buffers come from the heaps of per-thread arenas, which keep the freed memory: a 1 GiB
-upload through `benchmarks/proxy.py` peaked at 313 MiB. Fixed at 8 MiB, backend parts and client batches
-of that size get mappings of their own and the peak was 283 MiB, while chunk-size buffers (4 MiB) stay
+upload through `benchmarks/proxy.py` peaked at 313 MiB. Fixed at 8 MiB, backend parts (25 MiB by default)
+get mappings of their own and the peak was 283 MiB, while chunk-size buffers (4 MiB) stay
 on the heap, where reusing them is cheap (at 1 MiB the peak was 255 MiB, but cold and warm reads lost
-10-20 % of their throughput to page faults on fresh mappings). An operator's own
-`MALLOC_MMAP_THRESHOLD_` is left as it is.
+10-20 % of their throughput to page faults on fresh mappings). The setting `malloc_mmap_threshold`
+chooses the value; `0` leaves glibc's own behaviour (and its `MALLOC_MMAP_THRESHOLD_` variable).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 
-MMAP_THRESHOLD = 8 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
 
 
-def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
+def fix_mmap_threshold(threshold: int) -> bool:
     """Set glibc's mmap threshold (which also stops it moving); False where there is nothing to set."""
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    if not sys.platform.startswith("linux"):
         return False
     name = ctypes.util.find_library("c")
     if name is None:
