@@ -10,7 +10,6 @@ upload, and completions that find the backend upload gone, are resolved here too
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import secrets
 from collections.abc import Sequence
 
@@ -35,7 +34,7 @@ from tsproxy.service.records import (
     upload_token,
 )
 from tsproxy.service.writes import WriteOps
-from tsproxy.store.base import ObjectInfo, multipart_of
+from tsproxy.store.base import ObjectInfo, multipart_etag, multipart_of
 
 # Backend metadata naming the client upload (its id's random token) an object was completed from.
 META_UPLOAD = "tsproxy-upload"
@@ -183,7 +182,7 @@ class CompletionOps(WriteOps):
                 found[seg] = ByteRange(other.loc, offset, offset + seg.stored_size - 1, other.backend_etag)
                 offset += seg.stored_size
         segments = [r.segment for r in chosen]
-        etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
+        etag = multipart_etag([r.etag for r in chosen])
         if (
             other.manifest is not None
             and other.ctx is not None

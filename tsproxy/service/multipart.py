@@ -14,7 +14,6 @@ back. docs/FORMAT.md describes the objects an upload keeps in the reserved names
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import secrets
 import time
@@ -29,7 +28,7 @@ from tsproxy.format import (
     build_manifest,
     encode_tail,
 )
-from tsproxy.s3.limits import MAX_DELETE_KEYS, MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
+from tsproxy.s3.limits import MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
 from tsproxy.service.completion import META_UPLOAD, CompletionOps, straight_metadata
 from tsproxy.service.core import (
     bounded_gather,
@@ -48,7 +47,7 @@ from tsproxy.service.records import (
     straight_upload_id,
     upload_token,
 )
-from tsproxy.store.base import MultipartCapable, ObjectInfo, multipart_of
+from tsproxy.store.base import MultipartCapable, ObjectInfo, list_everything, multipart_etag, multipart_of
 
 # A part record's head (JSON line and segment) is read with this many bytes, which holds it whole unless
 # the segment has a great many chunks; a part kept in the record after it is left for a ranged read.
@@ -236,16 +235,7 @@ class UploadOps(CompletionOps):
         """The upload's state, its parts' records (by part number) and every key it holds."""
         state = await self._upload_state(bucket, key, upload_id)
         prefix = self._upload_loc(bucket, upload_id)
-        listed: list[ObjectInfo] = []
-        token: str | None = None
-        while True:
-            page = await self.backend.list(
-                prefix.bucket, prefix=prefix.key, token=token, max_keys=MAX_LIST_KEYS
-            )
-            listed += page.objects
-            if not page.is_truncated:
-                break
-            token = page.next_token
+        listed = await list_everything(self.backend, prefix.bucket, prefix.key)
 
         async def load(o: ObjectInfo) -> PartRecord:
             where = (prefix.bucket, o.key)
@@ -357,7 +347,7 @@ class UploadOps(CompletionOps):
                 )
             chosen.append(record)
         ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
-        etag = hashlib.md5(b"".join(bytes.fromhex(r.etag) for r in chosen)).hexdigest() + f"-{len(chosen)}"
+        etag = multipart_etag([r.etag for r in chosen])
         manifest = build_manifest(
             ctx,
             state.settings,
@@ -412,12 +402,11 @@ class UploadOps(CompletionOps):
             return None
         if backend_upload_of(upload_id) is not None:
             try:
-                obj = await self.resolve(bucket, key)
-                md5s = b"".join(bytes.fromhex(etag.strip('"')) for _, etag in parts)
-            except (errors.NoSuchKey, ValueError):
+                etag = multipart_etag([e for _, e in parts])
+                obj: StoredObject | None = await self.resolve(bucket, key)
+            except (errors.NoSuchKey, errors.InvalidPart):
                 obj = None
             if obj is not None and obj.backend_metadata.get(META_UPLOAD) == upload_token(upload_id):
-                etag = hashlib.md5(md5s).hexdigest() + f"-{len(parts)}"
                 if obj.etag == etag:
                     return CompletedUpload(key, etag, tuple(parts), obj.last_modified)
         loc = self._completed_loc(bucket, upload_id)
@@ -460,8 +449,7 @@ class UploadOps(CompletionOps):
         self._uploads.pop(upload_id)
         prefix = self._upload_loc(bucket, upload_id)
         if keys is not None:
-            for start in range(0, len(keys), MAX_DELETE_KEYS):
-                await self.backend.delete_many(prefix.bucket, list(keys[start : start + MAX_DELETE_KEYS]))
+            await self.backend.delete_many(prefix.bucket, keys)  # batched by the store as it can take
             return
         while True:
             page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=MAX_LIST_KEYS)
