@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -18,6 +17,7 @@ from tsproxy.server.exchange import Exchange, xml_response
 from tsproxy.server.headers import content_type, object_headers, stored_headers, user_metadata
 from tsproxy.server.request_body import BodyResult, content_md5
 from tsproxy.service import ObjectChanged, StoredObject
+from tsproxy.store.base import aclose
 
 # -- objects -----------------------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ async def _send_object(ex: Exchange, obj: StoredObject, *, head: bool) -> web.St
     except StopAsyncIteration:
         raise errors.InternalError("empty read") from None
     except BaseException:
-        await _close(iterator)
+        await aclose(iterator)
         raise
     await response.prepare(request)
     sent = 0
@@ -144,7 +144,7 @@ async def _send_object(ex: Exchange, obj: StoredObject, *, head: bool) -> web.St
             request.transport.close()
         return response
     finally:
-        await _close(iterator)
+        await aclose(iterator)
     ex.bytes_out = sent
     ex.metrics.client_bytes_out.inc(sent)
     await response.write_eof()
@@ -162,12 +162,6 @@ def _part_number(query: Mapping[str, str]) -> int | None:
             ArgumentValue=raw,
         )
     return int(raw)
-
-
-async def _close(iterator: AsyncIterator[Any]) -> None:
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()
 
 
 async def put_object(ex: Exchange) -> web.StreamResponse:

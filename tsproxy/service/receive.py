@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+
+from tsproxy.store.base import aclose
 
 # Payload bytes handed to the transform at a time. A chunk's worth (at the default chunk size): each
 # hand-over to a thread and back costs GIL switches against the event loop, so fewer, larger ones
@@ -50,7 +51,7 @@ class PayloadBatches:
         except Exception as e:
             await self._queue.put(e)
         finally:
-            await _aclose(pieces)
+            await aclose(pieces)
 
     async def next(self) -> bytes | None:
         """The next batch; None once the payload has ended. Raises the payload's error."""
@@ -70,9 +71,3 @@ class PayloadBatches:
         self._task.cancel()
         # wait(), not `await task`: a cancellation of the caller itself must not be swallowed here.
         await asyncio.wait([self._task])
-
-
-async def _aclose(iterator: AsyncIterator[Any]) -> None:
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()

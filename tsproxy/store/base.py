@@ -12,7 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tsproxy import errors
 from tsproxy.s3.limits import MAX_KEY_BYTES, MAX_PART_SIZE, MAX_PARTS, MIB, MIN_PART_SIZE, check_part_number
@@ -379,6 +379,13 @@ async def iterate_body(body: Body) -> AsyncIterator[bytes]:
     async for piece in body:
         if piece:
             yield bytes(piece) if not isinstance(piece, bytes) else piece
+
+
+async def aclose(iterator: AsyncIterator[Any]) -> None:
+    """Close an async iterator that can be closed (an async generator); others need nothing."""
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def list_everything(backend: Backend, bucket: str, prefix: str) -> list[ObjectInfo]:

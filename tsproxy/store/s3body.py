@@ -9,7 +9,7 @@ from typing import Any
 
 from tsproxy import errors
 from tsproxy.store import s3errors
-from tsproxy.store.base import MIB, ObjectInfo
+from tsproxy.store.base import MIB, ObjectInfo, aclose
 from tsproxy.store.observe import BackendCall
 from tsproxy.store.retry import Backoff
 
@@ -211,9 +211,3 @@ async def read_ahead(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             if not pending.cancelled():
                 pending.exception()  # retrieved, so that asyncio does not report it as lost
         await aclose(parts)
-
-
-async def aclose(iterator: AsyncIterator[Any]) -> None:
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()

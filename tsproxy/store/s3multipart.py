@@ -21,6 +21,7 @@ from tsproxy.store.base import (
     ObjectInfo,
     UploadInfo,
     Uploads,
+    aclose,
     check_key,
     check_part_list,
     check_part_number,
@@ -29,7 +30,6 @@ from tsproxy.store.base import (
     resolve_range,
     unquote_etag,
 )
-from tsproxy.store.s3body import aclose
 from tsproxy.store.s3client import S3Client, quote_etag, utc
 
 
