@@ -139,16 +139,19 @@ def decode_catalog(data: bytes | bytearray | memoryview) -> list[CatalogRecord]:
     if count > len(payload) // 6 + 1:
         raise IntegrityError(f"catalog: {count} records cannot fit in {len(payload)} bytes")
     r = Reader(payload, "catalog")
-    if version == 1:
-        out = [
-            CatalogRecord(r.text(), r.text(), r.varint(), r.varint(), r.text(), r.varint())
-            for _ in range(count)
-        ]
-    else:
-        out = [
-            CatalogRecord(r.text(), r.text(), r.varint(), r.varint(), r.text(), r.varint(), _read_head(r))
-            for _ in range(count)
-        ]
+    with_heads = version >= 2  # version 1 records end at their last-modified time
+    out = [
+        CatalogRecord(
+            r.text(),
+            r.text(),
+            r.varint(),
+            r.varint(),
+            r.text(),
+            r.varint(),
+            _read_head(r) if with_heads else None,
+        )
+        for _ in range(count)
+    ]
     r.end()
     return out
 

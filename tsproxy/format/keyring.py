@@ -55,8 +55,7 @@ def check_private(path: str | os.PathLike[str]) -> None:
     its group (0640, 0440) — what a Kubernetes Secret volume with an fsGroup gives a non-root container.
     The file is stat()ed through symlinks, so a Secret volume's `..data` links are judged by the file
     they lead to. Raises InsecureKeyRing in one line naming the file and its mode; a missing file is
-    left to `KeyRing.load` to report, and so is a path that is not a
-    regular file.
+    left to `KeyRing.load` to report, and so is a path that is not a regular file.
     """
     try:
         st = os.stat(path)

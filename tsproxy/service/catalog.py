@@ -277,7 +277,7 @@ class SizeCatalog:
         return [o.key[len(prefix) :] for o in await list_everything(self.backend, backend_bucket, prefix)]
 
     async def settle(self) -> None:
-        """Wait for the compactions under way (tests, and a clean stop)."""
+        """Wait for the compactions under way (close() cancels them instead)."""
         for state in list(self._buckets.values()):
             if state.compacting is not None:
                 with contextlib.suppress(asyncio.CancelledError):

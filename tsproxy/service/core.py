@@ -30,7 +30,6 @@ from tsproxy.store.base import Backend, ObjectInfo, buckets_of
 
 log = logging.getLogger("tsproxy.service")
 
-FEED_SIZE = 1 << 20  # payload bytes handed to the encoder per executor call
 # Objects whose stored form fits in this are buffered whole, so that their backend metadata can carry
 # the size and ETag (HEAD and listings then need no extra GET).
 SMALL_OBJECT = 8 << 20

@@ -67,11 +67,10 @@ class ReadOps(ServiceCore):
 
         The first HEAD in a bucket whose catalog this instance has not loaded yet starts loading it in
         the background. When this instance's size catalog has a record of the key, a backend HEAD (no
-        body) is checked
-        against it as a listing checks its entries, on backend ETag and stored size; a match answers
-        with the record's original size, client ETag and HEAD facts. Anything else is `resolve`'s
-        answer: the cached object, a suffix GET, or the tail of the version the backend HEAD saw.
-        The result of a match can't be read from (`head_only`) and is not kept for GETs.
+        body) is checked against it as a listing checks its entries, on backend ETag and stored size; a
+        match answers with the record's original size, client ETag and HEAD facts. Anything else is
+        `resolve`'s answer: the cached object, a suffix GET, or the tail of the version the backend HEAD
+        saw. The result of a match can't be read from (`head_only`) and is not kept for GETs.
         """
         index = self.catalog.cached(bucket) if self.catalog is not None else None
         if index is None or key not in index or self._objects.get((bucket, key)) is not None:

@@ -85,7 +85,8 @@ def _error_in_200(operation_model: Any, response_dict: Any, **kwargs: Any) -> No
     if closing is None:
         botocore_handlers._handle_200_error(operation_model, response_dict, **kwargs)
     elif response_dict and response_dict.get("status_code") == 200:
-        if not bytes(response_dict.get("body") or b"").rstrip().endswith(closing):
+        end = bytes(memoryview(response_dict.get("body") or b"")[-(len(closing) + 64) :])  # no whole copy
+        if not end.rstrip().endswith(closing):
             response_dict["status_code"] = 500  # cut short: retried like any 5xx
 
 
