@@ -3,11 +3,12 @@
 tsproxy's hot path allocates and frees buffers of a few MiB (chunks, batches, parts) from several
 threads. glibc's malloc serves allocations above its mmap threshold with their own mappings, returned
 to the system on free, but by default it raises that threshold after each such free (up to 32 MiB): from
-then on multi-MiB buffers come from the heaps of per-thread arenas, which keep the freed memory: a 1 GiB
-upload through `benchmarks/proxy.py` peaked at 313 MiB. Fixed at 8 MiB, backend parts (25 MiB by default)
-get mappings of their own and the peak was 283 MiB, while chunk-size buffers (4 MiB) stay
-on the heap, where reusing them is cheap (at 1 MiB the peak was 255 MiB, but cold and warm reads lost
-10-20 % of their throughput to page faults on fresh mappings). The setting `malloc_mmap_threshold`
+then on multi-MiB buffers come from the heaps of per-thread arenas, which keep the freed memory. In one
+run each of `benchmarks/proxy.py`, a 1 GiB upload peaked at 313 MiB with glibc's default, 283 MiB with
+the threshold fixed at 8 MiB (backend parts, 25 MiB by default, get mappings of their own, while
+chunk-size buffers of 4 MiB stay on the heap, where reusing them is cheap), and 255 MiB at 1 MiB, where
+one run each of `benchmarks/fetch.py` showed cold and warm reads 10-20 % slower (page faults on fresh
+mappings). The setting `malloc_mmap_threshold`
 chooses the value; `0` leaves glibc's own behaviour (and its `MALLOC_MMAP_THRESHOLD_` variable).
 """
 

@@ -182,8 +182,8 @@ class ServiceCore:
 async def buffer_head(stream: AsyncIterator[bytes], limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """Read up to `limit` bytes; return (bytes, None) if the stream ended, else (head, rest of stream).
 
-    The pieces are joined once, at the end: a buffer grown piece by piece would be copied as it grows
-    and once more into bytes, and with several parts in flight those copies were most of the peak.
+    The pieces are joined once, at the end: a buffer grown piece by piece is copied as it grows and
+    once more into bytes.
     """
     pieces: list[bytes] = []
     held = 0
