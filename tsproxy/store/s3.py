@@ -92,6 +92,16 @@ class S3Backend(S3Multipart):
         self, bucket: str, key: str, range_value: str | None, if_match: str | None, call: BackendCall
     ) -> dict[str, Any]:
         """One GetObject, retried within `call`: the first of a read, or the resumption of one."""
+        if self.lean is not None:
+            lean = functools.partial(
+                self.lean.get_object,
+                bucket,
+                key,
+                range_value,
+                quote_etag(if_match) if if_match is not None else None,
+            )
+            answer: dict[str, Any] = await self._attempts(call, lean, Key=key)
+            return answer
         params: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if range_value:
             params["Range"] = range_value

@@ -52,6 +52,7 @@ from tsproxy.store.base import (
 )
 from tsproxy.store.observe import BackendCall, OnRequest, observer_of
 from tsproxy.store.retry import Backoff
+from tsproxy.store.s3lean import Credentials, LeanGets
 from tsproxy.store.s3listparse import LeanParserFactory
 
 T = TypeVar("T")
@@ -151,8 +152,12 @@ class S3Client:
         read_size: int = MIB,
         executor: Executor | None = None,
         on_request: OnRequest | None = None,
+        lean_gets: bool = True,
     ) -> None:
-        """`endpoint` None means AWS S3 itself; credentials None means the standard AWS chain."""
+        """`endpoint` None means AWS S3 itself; credentials None means the standard AWS chain.
+
+        lean_gets: GetObject is signed and sent without botocore (see s3lean); False keeps it on botocore.
+        """
         if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
             raise ValueError(f"part_size must be between {MIN_PART_SIZE} and {MAX_PART_SIZE} bytes")
         if not MIN_PART_SIZE <= copy_part_size <= MAX_PART_SIZE:
@@ -189,8 +194,12 @@ class S3Client:
             warm_up_loader_caches=True,
         )
         self._verify = verify
+        self._pool_size, self._timeouts = pool_size, (connect_timeout, read_timeout)
+        self._lean_wanted = lean_gets
         self._stack: contextlib.AsyncExitStack | None = None
         self._client: Any = None
+        self._session: AioSession | None = None
+        self.lean: LeanGets | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.endpoint or 'aws'!r})"
@@ -203,8 +212,9 @@ class S3Client:
             return
         access_key, secret_key, token = self._credentials
         stack = contextlib.AsyncExitStack()
+        self._session = lean_session()
         self._client = await stack.enter_async_context(
-            lean_session().create_client(
+            self._session.create_client(
                 "s3",
                 endpoint_url=self.endpoint,
                 region_name=self.region,
@@ -216,10 +226,37 @@ class S3Client:
             )
         )
         self._stack = stack
+        if self._lean_wanted:
+            lean = LeanGets(
+                self._client.meta.endpoint_url,
+                region=self._client.meta.region_name or self.region,
+                path_style=self.path_style,
+                credentials=self._current_credentials,
+                pool_size=self._pool_size,
+                connect_timeout=self._timeouts[0],
+                read_timeout=self._timeouts[1],
+                verify=self._verify,
+            )
+            await lean.start()
+            stack.push_async_callback(lean.close)
+            self.lean = lean
+
+    async def _current_credentials(self) -> Credentials:
+        """The credentials the botocore client signs with: the configured keys, or the session's provider
+        chain, frozen now (a refreshable set renews itself when it is about to expire)."""
+        access_key, secret_key, token = self._credentials
+        if access_key is not None and secret_key is not None:
+            return access_key, secret_key, token
+        assert self._session is not None
+        found = await self._session.get_credentials()
+        if found is None:
+            raise errors.ServiceUnavailable("No credentials for the storage backend were found.")
+        frozen = await found.get_frozen_credentials()
+        return frozen.access_key, frozen.secret_key, frozen.token
 
     async def close(self) -> None:
         if self._stack is not None:
-            stack, self._stack, self._client = self._stack, None, None
+            stack, self._stack, self._client, self.lean = self._stack, None, None, None
             await stack.aclose()
 
     @property
