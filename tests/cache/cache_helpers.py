@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from tsproxy.format import (
@@ -95,8 +96,9 @@ class CountingFetch:
     gate: asyncio.Event | None = None
     calls: list[tuple[int, int]] = field(default_factory=list)
     fail: Exception | None = None
+    piece: int = 100_003  # bytes per piece of an answer
 
-    async def __call__(self, start: int, end: int) -> bytes:
+    async def __call__(self, start: int, end: int) -> AsyncIterator[bytes]:
         self.calls.append((start, end))
         if self.gate is not None:
             await self.gate.wait()
@@ -104,7 +106,10 @@ class CountingFetch:
             await asyncio.sleep(self.delay)
         if self.fail is not None:
             raise self.fail
-        return bytes(self.obj.stored[start:end])
+        # In pieces that need not line up with chunks, as a backend answer arrives.
+        for pos in range(start, end, self.piece):
+            yield bytes(self.obj.stored[pos : min(end, pos + self.piece)])
+            await asyncio.sleep(0)
 
     @property
     def bytes_fetched(self) -> int:

@@ -7,7 +7,7 @@ import itertools
 import random
 import tempfile
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -539,13 +539,52 @@ async def test_a_fetch_error_reaches_every_waiter_and_is_not_remembered(
 async def test_a_short_backend_answer_is_an_error(executor: ThreadPoolExecutor) -> None:
     obj = make_object(random_data(MIB), chunk_size=128 * KIB)
 
-    async def short(start: int, end: int) -> bytes:
-        return bytes(obj.stored[start : end - 1])
+    async def short(start: int, end: int) -> AsyncIterator[bytes]:
+        yield bytes(obj.stored[start : end - 1])
 
     reader = ChunkReader(None, executor)
     with pytest.raises(errors.IntegrityError):
         async for _ in reader.read(obj.manifest, obj.ctx, short, 0, 1000):
             pass
+    await reader.close()
+
+
+async def test_an_answer_longer_than_asked_is_an_error(executor: ThreadPoolExecutor) -> None:
+    obj = make_object(random_data(MIB), chunk_size=128 * KIB)
+
+    async def long(start: int, end: int) -> AsyncIterator[bytes]:
+        yield bytes(obj.stored[start:end]) + b"x"
+
+    reader = ChunkReader(None, executor)
+    with pytest.raises(errors.IntegrityError):
+        async for _ in reader.read(obj.manifest, obj.ctx, long, 0, 1000):
+            pass
+    await reader.close()
+
+
+async def test_a_chunk_is_served_while_the_rest_of_its_request_is_still_arriving(
+    executor: ThreadPoolExecutor,
+) -> None:
+    """One GET brings several chunks; the first one reaches the reader before the answer has ended."""
+    obj = make_object(random_data(MIB), chunk_size=128 * KIB)
+    rest = asyncio.Event()
+    calls: list[tuple[int, int]] = []
+
+    async def held_back(start: int, end: int) -> AsyncIterator[bytes]:
+        calls.append((start, end))
+        first_end = obj.manifest.index.chunk(0).stored_len + 10
+        yield bytes(obj.stored[start:first_end])  # the first chunk and a little of the second
+        await rest.wait()
+        yield bytes(obj.stored[first_end:end])
+
+    reader = ChunkReader(None, executor, prefetch_bytes=0)
+    pieces = reader.read(obj.manifest, obj.ctx, held_back, 0, 512 * KIB - 1)
+    first = await asyncio.wait_for(anext(pieces), timeout=30)
+    assert bytes(first) == obj.data[: 128 * KIB]
+    assert len(calls) == 1 and calls[0][1] > obj.manifest.index.chunk(1).stored_offset  # one GET
+    rest.set()
+    got = bytes(first) + b"".join([bytes(p) async for p in pieces])
+    assert got == obj.data[: 512 * KIB]
     await reader.close()
 
 

@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +49,11 @@ from .hot import HotChunks
 from .plan import FetchRequest, plan_fetches
 from .prefetch import PrefetchPolicy, Stream
 from .singleflight import Abandoned, SingleFlight, wait
+from .spool import StoredSpool
 
-FetchStored = Callable[[int, int], Awaitable[bytes]]
-"""(stored_start, stored_end_exclusive) -> those stored bytes of one backend object version."""
+FetchStored = Callable[[int, int], AsyncIterator[bytes | memoryview]]
+"""(stored_start, stored_end_exclusive) -> those stored bytes of one backend object version, as a stream
+of pieces in order (closed with aclose when the reader is done with it, read to the end or not)."""
 
 # How much of a read a cold first fetch brings in, counted from the first byte the read needs: enough
 # to bring a 1 MiB fetch or a 4 MiB chunk read that crosses a chunk boundary in one GET (rather than a
@@ -405,38 +407,60 @@ class ChunkReader:
         claimed: dict[int, asyncio.Future[bytes]],
         background: bool,
     ) -> None:
-        """One ranged GET, its chunks decoded in parallel, each settled and cached as soon as it is ready."""
+        """One ranged GET, streamed: each chunk goes to be decoded as soon as its stored bytes are in,
+        while the rest of the answer is still arriving, and is settled and cached once it has decoded."""
+        decoding: list[asyncio.Task[None]] = []
         try:
             async with self._background_slots if background else contextlib.nullcontext(), self._slots:
-                stored = await rd.fetch(req.stored_start, req.stored_end)
-            if len(stored) != req.size:
-                raise errors.IntegrityError(
-                    f"backend sent {len(stored)} bytes, asked for {req.size} from {req.stored_start}"
-                )
-            view = memoryview(stored)
-            await asyncio.gather(
-                *(
-                    self._decode_and_keep(
-                        rd,
-                        refs[pos],
-                        view[refs[pos].stored_offset - req.stored_start :][: refs[pos].stored_len],
-                        fut,
-                    )
-                    for pos, fut in claimed.items()
-                )
-            )
+                await self._receive(rd, req, refs, claimed, decoding)
         except Exception as e:
+            # Chunks whose bytes never came in fail; those already decoding settle themselves.
             for fut in claimed.values():
                 if not fut.done():
                     fut.set_exception(e)
         finally:
             if background:
                 self._background_bytes -= req.size
+            if decoding:
+                await asyncio.gather(*decoding, return_exceptions=True)
             for pos, fut in claimed.items():
                 self._flights.forget(rd.key(refs[pos]), fut)
 
+    async def _receive(
+        self,
+        rd: _Read,
+        req: FetchRequest,
+        refs: list[ChunkRef],
+        claimed: dict[int, asyncio.Future[bytes]],
+        decoding: list[asyncio.Task[None]],
+    ) -> None:
+        """Read a request's answer piece by piece, starting a decode for each claimed chunk it completes."""
+        wanted = sorted(claimed)  # positions in refs, which is stored order
+        spool = StoredSpool(req.stored_start)
+        loop = asyncio.get_running_loop()
+        pieces = rd.fetch(req.stored_start, req.stored_end)
+        try:
+            async for piece in pieces:
+                spool.add(piece)
+                if spool.end > req.stored_end:
+                    raise errors.IntegrityError(
+                        f"backend sent more than the {req.size} bytes asked for from {req.stored_start}"
+                    )
+                while wanted and spool.end >= refs[wanted[0]].stored_offset + refs[wanted[0]].stored_len:
+                    pos = wanted.pop(0)
+                    ref = refs[pos]
+                    data = spool.take(ref.stored_offset, ref.stored_offset + ref.stored_len)
+                    decoding.append(loop.create_task(self._decode_and_keep(rd, ref, data, claimed[pos])))
+        finally:
+            close = getattr(pieces, "aclose", None)
+            if close is not None:
+                await close()
+        if spool.end != req.stored_end:
+            got = spool.end - req.stored_start
+            raise errors.IntegrityError(f"backend sent {got} bytes, asked for {req.size} at {req.stored_start}")
+
     async def _decode_and_keep(
-        self, rd: _Read, ref: ChunkRef, stored: memoryview, fut: asyncio.Future[bytes]
+        self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, fut: asyncio.Future[bytes]
     ) -> None:
         loop = asyncio.get_running_loop()
         try:

@@ -158,14 +158,17 @@ class ReadOps(ServiceCore):
             return self._read_passthrough(obj, first, last)
         loc, etag = obj.loc, obj.backend_etag
 
-        async def fetch(start: int, end: int) -> bytes:
+        async def fetch(start: int, end: int) -> AsyncIterator[bytes]:
+            # Streamed: the reader decodes each chunk as soon as its bytes are in.
             try:
-                _, data = await self.backend.get_bytes(loc.bucket, loc.key, start, end - 1, if_match=etag)
+                reader = await self.backend.get(loc.bucket, loc.key, start, end - 1, if_match=etag)
             except errors.PreconditionFailed:
                 raise ObjectChanged(f"{loc.bucket}/{loc.key} changed while it was read") from None
-            if len(data) != end - start:
-                raise errors.InternalError("short read from the backend")
-            return data
+            try:
+                async for piece in reader:
+                    yield piece
+            finally:
+                await reader.close()
 
         return self.reader.read(obj.manifest, obj.ctx, fetch, first, last)
 
