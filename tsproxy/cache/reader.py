@@ -457,7 +457,7 @@ class ChunkReader:
                 await close()
         if spool.end != req.stored_end:
             got = spool.end - req.stored_start
-            raise errors.IntegrityError(f"backend sent {got} bytes, asked for {req.size} at {req.stored_start}")
+            raise errors.IntegrityError(f"backend sent {got} bytes of {req.size} from {req.stored_start}")
 
     async def _decode_and_keep(
         self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, fut: asyncio.Future[bytes]
