@@ -51,6 +51,12 @@ SERVE_FLAGS = (
     ),
     ("--compression-level", "compression_level", f"zstd level (default {config.show('compression_level')})"),
     (
+        "--format-version",
+        "format_version",
+        f"stored format version of new objects, 1 or 2 (default {config.show('format_version')}; "
+        "1 while some instance only reads 1)",
+    ),
+    (
         "--cache-dir",
         "cache_dir",
         f"chunk cache directory (default {config.show('cache_dir')}; 'off' disables it)",

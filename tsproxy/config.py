@@ -294,6 +294,10 @@ class Config:
         default=defaults.COMPRESSION_LEVEL, metadata=parsed_by(int, _check_compression_level)
     )
     encryption: bool = field(default=defaults.ENCRYPTION, metadata=parsed_by(parse_bool))
+    # the stored format version new objects get (docs/FORMAT.md); 1 while some reader is older
+    format_version: int = field(
+        default=defaults.FORMAT_VERSION, metadata=parsed_by(int, _between(1, 2, "must be 1 or 2"))
+    )
     cache_dir: Path | None = field(default=Path(defaults.CACHE_DIR), metadata=parsed_by(_parse_optional_path))
     cache_size: int = field(default=defaults.CACHE_SIZE, metadata=parsed_by(parse_size))
     cache_encrypt: bool = field(default=defaults.CACHE_ENCRYPT, metadata=parsed_by(parse_bool))
@@ -381,6 +385,7 @@ class Config:
             compression=self.compression,
             level=self.compression_level,
             encryption=self.encryption,
+            format_version=self.format_version,
         )
 
     def backend_settings(self) -> BackendSettings:

@@ -28,6 +28,8 @@ COMPRESSION: Final = "auto"
 # with stored sizes within a few percent.
 COMPRESSION_LEVEL = 1
 ENCRYPTION = True
+# The stored format version new objects are written in; 1 until every reader reads 2 (docs/OPERATIONS.md).
+FORMAT_VERSION = 2
 KEY_RING_CHECK = 30.0  # seconds
 ALLOW_INSECURE_KEY_RING = False  # refuse a key ring file that group or others may access
 

@@ -20,6 +20,8 @@ from tsproxy import errors
 from tsproxy.cache.chunks import ChunkCache, ChunkKey
 from tsproxy.cache.reader import ChunkReader, version_id
 from tsproxy.format import KeyRing
+from tsproxy.format.stages import ZstdStage
+from tsproxy.format.zstdframes import Frame
 from tsproxy.metrics import Metrics
 
 
@@ -722,4 +724,45 @@ async def test_a_read_crossing_a_chunk_boundary_is_one_get(
     assert len(fetch.calls) == 1
     refs = [obj.manifest.index.chunk(i) for i in (0, 1)]
     assert fetch.calls[0] == (refs[0].stored_offset, refs[1].stored_offset + refs[1].stored_len)
+    await reader.close()
+
+
+async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that is not a forward scan needs part of a 4 MiB chunk (stored as four 1 MiB zstd frames):
+    only the frames holding it are inflated; the chunk is cached on disk as fetched but not held in
+    memory half decoded, and another reader of the same download gets its own part right."""
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    assert obj.manifest.version == 2
+    inflated: list[int] = []
+    real_inflate = ZstdStage._inflate
+
+    def counting(self: ZstdStage, payload: bytes | memoryview, frame: Frame) -> bytes:
+        inflated.append(frame.content_size)
+        return real_inflate(self, payload, frame)
+
+    monkeypatch.setattr(ZstdStage, "_inflate", counting)
+    reader = ChunkReader(cache, executor, prefetch_bytes=0)
+    gate = asyncio.Event()
+    fetch = CountingFetch(obj, gate=gate)
+    first = 4 * MIB + 1_500_000  # inside chunk 1's second frame
+    seek = asyncio.create_task(read_all(reader, obj, fetch, first, first + 300_000 - 1))
+    await until(lambda: bool(fetch.calls))
+    # Before the seek's start, so not a continuation of it: another seek, which joins the same GET.
+    other = asyncio.create_task(read_all(reader, obj, fetch, 4 * MIB + 100, 4 * MIB + 1099))
+    await until(lambda: reader.joins >= 1)
+    gate.set()
+    assert await seek == obj.data[first : first + 300_000]
+    assert await other == obj.data[4 * MIB + 100 : 4 * MIB + 1100]
+    assert len(fetch.calls) == 1
+    assert sum(inflated) == 2 * MIB  # the seek's frame, then the other reader's first frame
+    await settle(reader)
+    assert chunk_key(obj, 1) not in reader._hot
+    assert await cache.contains_many([chunk_key(obj, 1)]) == [True]
+    # A forward reader of the same chunk gets it whole, from the disk cache, and keeps it in memory.
+    inflated.clear()
+    assert await read_all(reader, obj, fetch, 4 * MIB, 5 * MIB - 1) == obj.data[4 * MIB : 5 * MIB]
+    assert await read_all(reader, obj, fetch, 5 * MIB, 6 * MIB - 1) == obj.data[5 * MIB : 6 * MIB]
+    assert len(fetch.calls) == 1 and chunk_key(obj, 1) in reader._hot
     await reader.close()

@@ -1,9 +1,9 @@
-"""The golden objects that pin stored format version 1 (files under tests/golden/).
+"""The golden objects that pin stored format versions 1 and 2 (files under tests/golden/).
 
 Every input is fixed (DEK, object id, salts, KEK), so encoding is deterministic. The files must never be
 regenerated for an existing version: a later format version adds new files beside these, and its
 reader must still decode them. Run `python tests/format/golden_cases.py --write` only to create files
-for a new version's cases.
+for a new version's cases (it writes the cases of a version whose record file does not exist yet).
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from tsproxy.format import (
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 KEYRING = GOLDEN / "format-v1-keyring.json"
 CASES = GOLDEN / "format-v1-cases.json"
+
+
+def record_file(version: int) -> Path:
+    """The JSON record (libzstd version, SHA-256 of each case) of a format version's golden files."""
+    return GOLDEN / f"format-v{version}-cases.json"
+
+
 OBJECT_ID = bytes.fromhex("0f1e2d3c4b5a69788796a5b4c3d2e1f0")
 DEK = hashlib.sha256(b"tsproxy golden DEK").digest()
 
@@ -63,8 +70,12 @@ class Case:
     headers: dict[str, str]
 
     @property
+    def version(self) -> int:
+        return self.settings.format_version
+
+    @property
     def path(self) -> Path:
-        return GOLDEN / f"format-v1-{self.name}.bin"
+        return GOLDEN / f"format-v{self.version}-{self.name}.bin"
 
     @property
     def original(self) -> bytes:
@@ -74,7 +85,9 @@ class Case:
 CASES_V1 = (
     Case(
         name="encrypted-multipart",
-        settings=TransformSettings(chunk_size=64 * 1024, compression="on", level=3, encryption=True),
+        settings=TransformSettings(
+            chunk_size=64 * 1024, compression="on", level=3, encryption=True, format_version=1
+        ),
         parts=(
             (1, b"salt-one", text(70_000)),
             (2, b"salt-two", noise(3_000, b"part two")),
@@ -86,7 +99,9 @@ CASES_V1 = (
     ),
     Case(
         name="plain",
-        settings=TransformSettings(chunk_size=64 * 1024, compression="off", level=3, encryption=False),
+        settings=TransformSettings(
+            chunk_size=64 * 1024, compression="off", level=3, encryption=False, format_version=1
+        ),
         parts=((1, b"", text(65_636)),),
         multipart=False,
         content_type="text/plain",
@@ -94,6 +109,36 @@ CASES_V1 = (
         headers={},
     ),
 )
+
+# Version 2: a compressed chunk of more than 1 MiB is a run of zstd frames of 1 MiB (the last shorter).
+CASES_V2 = (
+    Case(
+        name="encrypted-frames",
+        settings=TransformSettings(
+            chunk_size=2 << 20, compression="on", level=3, encryption=True, format_version=2
+        ),
+        parts=(
+            (1, b"frames-1", text(2_400_000)),  # a chunk of two frames, then one of one
+            (2, b"frames-2", noise(5_000, b"v2 part two")),  # stored raw: does not shrink
+        ),
+        multipart=True,
+        content_type="application/x-kafka-segment",
+        metadata={"origin": "golden-v2"},
+        headers={},
+    ),
+    Case(
+        name="unencrypted-frames",
+        settings=TransformSettings(
+            chunk_size=3 << 20, compression="on", level=1, encryption=False, format_version=2
+        ),
+        parts=((1, b"", text(3_500_000)),),  # three frames, then one
+        multipart=False,
+        content_type=None,
+        metadata={},
+        headers={},
+    ),
+)
+CASES_BY_VERSION = {1: CASES_V1, 2: CASES_V2}
 
 
 def golden_ring() -> KeyRing:
@@ -133,10 +178,26 @@ def encode_case(case: Case, ring: KeyRing) -> bytes:
 
 
 def write() -> None:
-    """Create the version 1 golden files (only when they do not exist yet)."""
-    if KEYRING.exists() or CASES.exists():
-        sys.exit("golden files for format v1 exist already; they must not be regenerated")
+    """Create the golden files of every version that has none yet (never regenerate existing ones)."""
     GOLDEN.mkdir(exist_ok=True)
+    if not KEYRING.exists():
+        _write_keyring()
+    ring = golden_ring()
+    for version, cases in CASES_BY_VERSION.items():
+        if record_file(version).exists():
+            continue  # a version's files are written once
+        record = {"zstd_version": ".".join(map(str, zstandard.ZSTD_VERSION)), "cases": {}}
+        for case in cases:
+            stored = encode_case(case, ring)
+            case.path.write_bytes(stored)
+            record["cases"][case.name] = {  # type: ignore[index]
+                "original_sha256": hashlib.sha256(case.original).hexdigest(),
+                "stored_sha256": hashlib.sha256(stored).hexdigest(),
+            }
+        record_file(version).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _write_keyring() -> None:
     kek = hashlib.sha256(b"tsproxy golden KEK").digest()
     KEYRING.write_text(
         json.dumps(
@@ -156,16 +217,6 @@ def write() -> None:
         )
         + "\n"
     )
-    ring = golden_ring()
-    record = {"zstd_version": ".".join(map(str, zstandard.ZSTD_VERSION)), "cases": {}}
-    for case in CASES_V1:
-        stored = encode_case(case, ring)
-        case.path.write_bytes(stored)
-        record["cases"][case.name] = {  # type: ignore[index]
-            "original_sha256": hashlib.sha256(case.original).hexdigest(),
-            "stored_sha256": hashlib.sha256(stored).hexdigest(),
-        }
-    CASES.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

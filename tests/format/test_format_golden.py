@@ -1,4 +1,5 @@
-"""Golden files pin stored format v1: the writer reproduces them byte for byte, every reader decodes them."""
+"""Golden files pin stored formats v1 and v2: the writer reproduces them byte for byte, the reader decodes
+every version's files."""
 
 from __future__ import annotations
 
@@ -9,24 +10,31 @@ import struct
 import pytest
 import zstandard
 from awscrt.checksums import crc32c
-from golden_cases import CASES, CASES_V1, DEK, OBJECT_ID, Case, encode_case, golden_ring
+from golden_cases import CASES_V1, CASES_V2, DEK, OBJECT_ID, Case, encode_case, golden_ring, record_file
 
 from tsproxy.format import decode_object, decode_tail, read_range
 
-RECORD = json.loads(CASES.read_text())
+RECORDS = {version: json.loads(record_file(version).read_text()) for version in (1, 2)}
+ALL_CASES = (*CASES_V1, *CASES_V2)
 
 
-@pytest.mark.parametrize("case", CASES_V1, ids=lambda c: c.name)
+def _name(case: Case) -> str:
+    return f"v{case.version}-{case.name}"
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=_name)
 def test_golden_files_decode(case: Case) -> None:
     stored = case.path.read_bytes()
-    assert hashlib.sha256(stored).hexdigest() == RECORD["cases"][case.name]["stored_sha256"]
-    assert hashlib.sha256(case.original).hexdigest() == RECORD["cases"][case.name]["original_sha256"]
+    record = RECORDS[case.version]["cases"][case.name]
+    assert hashlib.sha256(stored).hexdigest() == record["stored_sha256"]
+    assert hashlib.sha256(case.original).hexdigest() == record["original_sha256"]
     ring = golden_ring()
     assert decode_object(stored, ring) == case.original
     size = len(case.original)
     for first, last in ((0, 0), (65_535, 65_536), (size - 3000, size - 1), (1, size - 2)):
         assert read_range(stored, ring, first, last) == case.original[first : last + 1]
     manifest, ctx = decode_tail(stored, ring)
+    assert manifest.version == case.version
     assert manifest.object_id == OBJECT_ID and ctx.dek == (DEK if case.settings.encryption else None)
     assert (manifest.content_type, manifest.metadata, manifest.headers) == (
         case.content_type,
@@ -35,9 +43,9 @@ def test_golden_files_decode(case: Case) -> None:
     )
 
 
-@pytest.mark.parametrize("case", CASES_V1, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", ALL_CASES, ids=_name)
 def test_writer_reproduces_golden_files(case: Case) -> None:
-    recorded = RECORD["zstd_version"]
+    recorded = RECORDS[case.version]["zstd_version"]
     running = ".".join(map(str, zstandard.ZSTD_VERSION))
     if case.settings.compression != "off" and running != recorded:
         pytest.skip(f"compressed bytes were recorded with libzstd {recorded}, this is {running}")
@@ -94,3 +102,25 @@ def test_plain_golden_matches_the_documented_layout() -> None:
     assert stored[:65_636] == case.original
     assert crcs == (crc32c(case.original[:65_536]), crc32c(case.original[65_536:]))
     assert len(stored) == 65_636 + manifest_len + 16
+
+
+def test_v2_chunks_are_runs_of_one_mib_zstd_frames() -> None:
+    # docs/FORMAT.md, read independently: an unencrypted v2 object's stored chunk (CRC32C seal, stored as
+    # is) of more than 1 MiB is a run of standard zstd frames, each declaring 1 MiB but the last.
+    case = next(c for c in CASES_V2 if c.name == "unencrypted-frames")
+    stored = case.path.read_bytes()
+    version = struct.unpack(">IHH8s", stored[-16:])[1]
+    assert version == 2
+    manifest, _ = decode_tail(stored, None)
+    first = manifest.segments[0].stored_sizes[0]
+    chunk = stored[:first]
+    sizes = []
+    while chunk:
+        sizes.append(zstandard.frame_content_size(chunk))
+        inflater = zstandard.ZstdDecompressor().decompressobj()
+        assert len(inflater.decompress(chunk)) == sizes[-1]
+        chunk = inflater.unused_data
+    assert sizes == [1 << 20, 1 << 20, 1 << 20]
+    # Any zstd reader that reads across frames inflates the chunk whole.
+    whole = zstandard.ZstdDecompressor().stream_reader(stored[:first], read_across_frames=True).read()
+    assert whole == case.original[: 3 << 20]

@@ -149,7 +149,7 @@ def test_manifest_fields_and_backend_metadata(ring: KeyRing) -> None:
     assert len(decoded.index) == 3
     tail_len = tail_length(stored[-TRAILER_SIZE:])
     assert decoded.backend_metadata(tail_len) == {
-        "tsproxy-format": "1",
+        "tsproxy-format": "2",
         "tsproxy-size": "100010",
         "tsproxy-etag": decoded.etag,
         "tsproxy-tail-length": str(tail_len),
@@ -171,8 +171,8 @@ def test_trailer_recognition() -> None:
         with pytest.raises(FormatError):
             tail_length(other)
     future = bytearray(stored[-TRAILER_SIZE:])
-    future[4:6] = (2).to_bytes(2, "big")
-    with pytest.raises(FormatError, match="version 2"):
+    future[4:6] = (3).to_bytes(2, "big")
+    with pytest.raises(FormatError, match="version 3"):
         tail_length(bytes(future))
 
 

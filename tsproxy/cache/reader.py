@@ -64,6 +64,25 @@ PROMOTE_AHEAD = 1
 # Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
 DECODERS_PER_THREAD = 16
 
+Span = tuple[int, int]
+"""Original bytes [start, stop) within one chunk."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """A chunk downloaded for a reader that needs only part of it (a seek, not a forward scan): its
+    stored bytes, verified, and the part decoded. A chunk stored as several zstd frames (format 2) then
+    costs only the frames that hold the part, which is most of a cold random read's CPU. Another reader
+    joining the download decodes what it needs from `stored`; only whole chunks are kept in memory."""
+
+    stored: bytes | memoryview
+    span: Span
+    data: bytes
+
+
+Loaded = bytes | memoryview | Part
+"""What a chunk's download settles with: its whole plaintext, or a Part."""
+
 
 @dataclass
 class _Read:
@@ -76,7 +95,7 @@ class _Read:
     limit: int  # original offset (exclusive) up to which this read may schedule chunks
     stream: Stream
     # Chunks this read has scheduled or joined ahead, kept here when there is no disk cache to land in.
-    pending: dict[int, asyncio.Future[bytes]] = field(default_factory=dict)
+    pending: dict[int, asyncio.Future[Loaded]] = field(default_factory=dict)
     version: bytes = b""  # version_id(manifest)
 
     def __post_init__(self) -> None:
@@ -135,7 +154,7 @@ class ChunkReader:
         self._max_request = max_request_bytes
         self._max_gap = max_gap_bytes
         self._metrics = metrics
-        self._flights: SingleFlight[ChunkKey, bytes] = SingleFlight(
+        self._flights: SingleFlight[ChunkKey, Loaded] = SingleFlight(
             on_join=metrics.singleflight_joins.inc if metrics is not None else None
         )
         self._policy = PrefetchPolicy(
@@ -189,11 +208,17 @@ class ChunkReader:
             for i in range(i0, i1 + 1):
                 ref = index.chunk(i)
                 position = max(first, ref.original_offset)
-                data = await self._chunk(rd, i, ref, position)
                 start = position - ref.original_offset
                 stop = min(last + 1, ref.original_offset + ref.original_len) - ref.original_offset
-                # A view, not a copy: the chunk stays alive (and unchanged) for as long as the view does.
-                yield data if start == 0 and stop == len(data) else memoryview(data)[start:stop]
+                # A reader that is not moving forward through the object and needs part of a chunk has
+                # only that part inflated (see Part); everyone else gets, and shares, whole chunks. A
+                # read from the object's first byte is taken for the start of a forward scan.
+                whole = stream.sequential or first == 0 or (start == 0 and stop == ref.original_len)
+                data = await self._chunk(rd, i, ref, position, None if whole else (start, stop))
+                if len(data) == ref.original_len:
+                    # A view, not a copy: the chunk stays alive (and unchanged) as long as the view does.
+                    data = data if start == 0 and stop == len(data) else memoryview(data)[start:stop]
+                yield data
                 self._policy.consumed(manifest.object_id, stream, i, ref.original_offset + stop)
         finally:
             rd.pending.clear()
@@ -210,8 +235,11 @@ class ChunkReader:
 
     # -- one chunk ---------------------------------------------------------------------------------
 
-    async def _chunk(self, rd: _Read, i: int, ref: ChunkRef, position: int) -> bytes | memoryview:
-        """Chunk i's plaintext, after making sure the chunks ahead of it are on their way."""
+    async def _chunk(
+        self, rd: _Read, i: int, ref: ChunkRef, position: int, part: Span | None
+    ) -> bytes | memoryview:
+        """Chunk i's plaintext, after making sure the chunks ahead of it are on their way: the whole
+        chunk, or (only when `part` is given and the chunk is not in memory) just that part of it."""
         key = rd.key(ref)
         fut = rd.pending.pop(i, None)
         data = self._hot.get(key)
@@ -220,40 +248,56 @@ class ChunkReader:
         if data is None and fut is None:
             fut = self._flights.join(key)
             if fut is None and self._cache is not None:
-                data = await self._from_disk(rd, ref)
+                data = await self._from_disk(rd, ref, part)
         if fut is None and data is None:
-            fut = await self._fetch_foreground(rd, i, ref, position)
+            fut = await self._fetch_foreground(rd, i, ref, position, part)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
         await self._read_ahead(rd, position)
         self._promote_ahead(rd, i)
         if data is None:
             assert fut is not None
-            data = await self._wait(rd, i, ref, fut)
+            data = await self._wait(rd, i, ref, fut, part)
             self._count_cache("miss", ref.original_len)
         else:
             self._count_cache("hit", ref.original_len)
         return data
 
-    async def _wait(self, rd: _Read, i: int, ref: ChunkRef, fut: asyncio.Future[bytes]) -> bytes | memoryview:
+    async def _wait(
+        self, rd: _Read, i: int, ref: ChunkRef, fut: asyncio.Future[Loaded], part: Span | None
+    ) -> bytes | memoryview:
         """The result of a chunk's download; a download cancelled under us is started again."""
         key = rd.key(ref)
         while True:
             try:
-                return await wait(fut)
+                return await self._plain(rd, ref, await wait(fut), part)
             except Abandoned:
                 if self._closed:
                     raise errors.ServiceUnavailable("shutting down") from None
             cached = self._hot.get(key)
             if cached is None and self._cache is not None:
-                cached = await self._from_disk(rd, ref)
+                cached = await self._from_disk(rd, ref, part)
             if cached is not None:
                 return cached
             # No await between looking and claiming, so the chunk cannot be claimed by another in between.
             fut = self._flights.join(key) or self._launch(rd, i, [ref], [True], background=False)[0]
 
+    async def _plain(self, rd: _Read, ref: ChunkRef, loaded: Loaded, part: Span | None) -> bytes | memoryview:
+        """What a reader gets of a downloaded chunk: the whole plaintext, or the part it asked for. A
+        chunk downloaded for another reader's part is decoded again from its (verified) stored bytes."""
+        if not isinstance(loaded, Part):
+            return loaded
+        if part is not None and loaded.span == part:
+            return loaded.data
+        plain = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, loaded.stored, part
+        )
+        if part is None:
+            self._hot.put(rd.key(ref), plain)
+        return plain
+
     async def _fetch_foreground(
-        self, rd: _Read, i: int, ref: ChunkRef, position: int
-    ) -> asyncio.Future[bytes]:
+        self, rd: _Read, i: int, ref: ChunkRef, position: int, part: Span | None = None
+    ) -> asyncio.Future[Loaded]:
         """Fetch chunk i now, with the missing chunks of this read up to FOREGROUND_BYTES past position."""
         index = rd.manifest.index
         reach = min(rd.manifest.size - 1, position + FOREGROUND_BYTES - 1)
@@ -264,7 +308,7 @@ class ChunkReader:
             joined = self._flights.join(rd.key(ref))
             assert joined is not None
             return joined
-        futures = self._launch(rd, i, refs, [True, *missing], background=False)
+        futures = self._launch(rd, i, refs, [True, *missing], background=False, part=part)
         for pos in range(1, len(refs)):
             if pos in futures:
                 rd.pending[i + pos] = futures[pos]
@@ -340,8 +384,9 @@ class ChunkReader:
             if self._promoting.get(key) is fut:
                 del self._promoting[key]
 
-    async def _from_disk(self, rd: _Read, ref: ChunkRef) -> bytes | None:
-        """Chunk ref's plaintext decoded from the disk cache (and now in memory too), or None on a miss."""
+    async def _from_disk(self, rd: _Read, ref: ChunkRef, part: Span | None = None) -> bytes | None:
+        """Chunk ref's plaintext decoded from the disk cache (and now in memory too), or None on a miss;
+        with `part`, only that part of it (not kept in memory)."""
         assert self._cache is not None
         key = rd.key(ref)
         stored = await self._cache.get(key)
@@ -349,14 +394,15 @@ class ChunkReader:
             return None
         try:
             plain = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored
+                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
             )
         except errors.IntegrityError:
             # The entry passed the cache's own check, so it is what was put under this key: bytes that
             # are not this version's chunk are stale, never served and never counted as disk damage.
             await self._cache.discard_stale(key)
             return None
-        self._hot.put(key, plain)
+        if part is None:
+            self._hot.put(key, plain)
         return plain
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
@@ -372,20 +418,28 @@ class ChunkReader:
     # -- downloads ---------------------------------------------------------------------------------
 
     def _launch(
-        self, rd: _Read, first_index: int, refs: list[ChunkRef], missing: list[bool], *, background: bool
-    ) -> dict[int, asyncio.Future[bytes]]:
+        self,
+        rd: _Read,
+        first_index: int,
+        refs: list[ChunkRef],
+        missing: list[bool],
+        *,
+        background: bool,
+        part: Span | None = None,
+    ) -> dict[int, asyncio.Future[Loaded]]:
         """Claim the missing chunks and start coalesced requests for them; futures by position in refs.
 
-        refs are consecutive chunks of the object, the first being chunk first_index.
+        refs are consecutive chunks of the object, the first being chunk first_index; `part`, when given,
+        is all a reader needs of that first chunk (see Part).
         """
         if self._closed:
             raise errors.ServiceUnavailable("shutting down")
         # Claiming is synchronous, so no other task can claim a chunk between the check and here.
         missing = [m and rd.key(r) not in self._flights for m, r in zip(missing, refs, strict=True)]
         plan = plan_fetches(refs, missing, max_gap_bytes=self._max_gap, max_request_bytes=self._max_request)
-        futures: dict[int, asyncio.Future[bytes]] = {}
+        futures: dict[int, asyncio.Future[Loaded]] = {}
         for req in plan:
-            claimed: dict[int, asyncio.Future[bytes]] = {}
+            claimed: dict[int, asyncio.Future[Loaded]] = {}
             for pos in req.positions:
                 fut = self._flights.claim(rd.key(refs[pos]))
                 assert fut is not None
@@ -394,7 +448,9 @@ class ChunkReader:
             if background:
                 self._background_bytes += req.size  # released by _download
                 self._policy.issued_ahead(rd.object_id, (first_index + p for p in req.positions))
-            task = asyncio.get_running_loop().create_task(self._download(rd, req, refs, claimed, background))
+            task = asyncio.get_running_loop().create_task(
+                self._download(rd, req, refs, claimed, background, part)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return futures
@@ -404,15 +460,16 @@ class ChunkReader:
         rd: _Read,
         req: FetchRequest,
         refs: list[ChunkRef],
-        claimed: dict[int, asyncio.Future[bytes]],
+        claimed: dict[int, asyncio.Future[Loaded]],
         background: bool,
+        part: Span | None = None,
     ) -> None:
         """One ranged GET, streamed: each chunk goes to be decoded as soon as its stored bytes are in,
         while the rest of the answer is still arriving, and is settled and cached once it has decoded."""
         decoding: list[asyncio.Task[None]] = []
         try:
             async with self._background_slots if background else contextlib.nullcontext(), self._slots:
-                await self._receive(rd, req, refs, claimed, decoding)
+                await self._receive(rd, req, refs, claimed, decoding, part)
         except Exception as e:
             # Chunks whose bytes never came in fail; those already decoding settle themselves.
             for fut in claimed.values():
@@ -431,8 +488,9 @@ class ChunkReader:
         rd: _Read,
         req: FetchRequest,
         refs: list[ChunkRef],
-        claimed: dict[int, asyncio.Future[bytes]],
+        claimed: dict[int, asyncio.Future[Loaded]],
         decoding: list[asyncio.Task[None]],
+        part: Span | None,
     ) -> None:
         """Read a request's answer piece by piece, starting a decode for each claimed chunk it completes."""
         wanted = sorted(claimed)  # positions in refs, which is stored order
@@ -450,7 +508,9 @@ class ChunkReader:
                     pos = wanted.pop(0)
                     ref = refs[pos]
                     data = spool.take(ref.stored_offset, ref.stored_offset + ref.stored_len)
-                    decoding.append(loop.create_task(self._decode_and_keep(rd, ref, data, claimed[pos])))
+                    only = part if pos == 0 else None
+                    keep = self._decode_and_keep(rd, ref, data, claimed[pos], only)
+                    decoding.append(loop.create_task(keep))
         finally:
             close = getattr(pieces, "aclose", None)
             if close is not None:
@@ -460,18 +520,26 @@ class ChunkReader:
             raise errors.IntegrityError(f"backend sent {got} bytes of {req.size} from {req.stored_start}")
 
     async def _decode_and_keep(
-        self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, fut: asyncio.Future[bytes]
+        self,
+        rd: _Read,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+        fut: asyncio.Future[Loaded],
+        part: Span | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         try:
             plain = await loop.run_in_executor(
-                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored
+                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
             )
         except Exception as e:  # IntegrityError above all: every waiter fails, nothing is cached
             fut.set_exception(e)
             return
-        fut.set_result(plain)
-        self._hot.put(rd.key(ref), plain)
+        if part is None:
+            fut.set_result(plain)
+            self._hot.put(rd.key(ref), plain)
+        else:
+            fut.set_result(Part(stored, part, plain))
         if self._cache is not None:
             # The stored bytes as fetched, now verified: a quarter of the plaintext for Kafka data, and
             # already sealed when the object is encrypted.
@@ -486,8 +554,10 @@ class ChunkReader:
         version: bytes,
         ref: ChunkRef,
         stored: bytes | memoryview,
+        part: Span | None = None,
     ) -> bytes:
-        """Runs on an executor thread: verify and decode one chunk, counting the thread's CPU time."""
+        """Runs on an executor thread: verify and decode one chunk (or only `part` of it: the whole chunk
+        is verified either way), counting the thread's CPU time."""
         started = time.thread_time()
         decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
         if decoders is None:
@@ -501,7 +571,7 @@ class ChunkReader:
         else:
             decoders.move_to_end(version)
         try:
-            return decoder.decode(ref, stored)
+            return decoder.decode(ref, stored) if part is None else decoder.decode_range(ref, stored, *part)
         finally:
             if self._metrics is not None:
                 self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)

@@ -30,3 +30,19 @@ class ChunkDecoder:
             return self._chain.open(view, ref.segment_no, ref.chunk_no, ref.last, ref.original_len)
         except IntegrityError as e:
             raise IntegrityError(f"chunk {ref.chunk_no} of segment {ref.segment_no}: {e}") from None
+
+    def decode_range(
+        self, ref: ChunkRef, stored: bytes | bytearray | memoryview, start: int, stop: int
+    ) -> bytes:
+        """Original bytes [start, stop) of the chunk (offsets within it), verified as `decode` verifies the
+        whole chunk; of a chunk stored as several zstd frames (format 2) only the frames holding them are
+        inflated."""
+        view = memoryview(stored).cast("B")
+        try:
+            if len(view) != ref.stored_len:
+                raise IntegrityError(f"{len(view)} stored bytes, expected {ref.stored_len}")
+            return self._chain.open_range(
+                view, ref.segment_no, ref.chunk_no, ref.last, ref.original_len, start, stop
+            )
+        except IntegrityError as e:
+            raise IntegrityError(f"chunk {ref.chunk_no} of segment {ref.segment_no}: {e}") from None

@@ -34,18 +34,18 @@ from .pipeline import SEAL_FLAG_BITS, Stages
 from .segment import MD5_SIZE, SegmentInfo
 from .settings import (
     COMPRESSION_MODES,
-    FORMAT_VERSION,
     MAX_CHUNK_SIZE,
     MAX_LEVEL,
     MIN_CHUNK_SIZE,
     MIN_LEVEL,
+    READABLE_VERSIONS,
     TransformSettings,
 )
 from .wire import Reader, Writer
 
 MAGIC = b"\x89TSPROXY"
 TRAILER_SIZE = 16
-SUPPORTED_VERSIONS = frozenset({1})
+SUPPORTED_VERSIONS = frozenset(READABLE_VERSIONS)
 _TRAILER = struct.Struct(">IHH8s")
 _CRC_SIZE = 4
 
@@ -177,7 +177,7 @@ def build_manifest(
 ) -> Manifest:
     """The manifest of an object whose segments are all transformed (in ascending segment_no order)."""
     return Manifest(
-        version=FORMAT_VERSION,
+        version=settings.format_version,
         object_id=ctx.object_id,
         chunk_size=settings.chunk_size,
         size=sum(s.original_size for s in segments),
@@ -224,8 +224,8 @@ def _encode_body(m: Manifest) -> bytes:
 
 def encode_tail(manifest: Manifest, ctx: ObjectContext) -> bytes:
     """Manifest bytes plus trailer, to be written right after the object's last chunk."""
-    if manifest.version != FORMAT_VERSION:
-        raise ValueError(f"only format version {FORMAT_VERSION} can be written")
+    if manifest.version not in SUPPORTED_VERSIONS:
+        raise ValueError(f"format version {manifest.version} cannot be written")
     if ctx.object_id != manifest.object_id or ctx.encrypted != manifest.encrypted:
         raise ValueError("the context is not this manifest's object")
     if ctx.encrypted and (ctx.kek_id != manifest.kek_id or ctx.wrapped_dek != manifest.wrapped_dek):
@@ -276,10 +276,11 @@ def decode_tail(
         raise FormatError(f"tail needs the object's last {needed} bytes, got {len(view)}")
     view = view[len(view) - needed :]
     version = _TRAILER.unpack(view[-TRAILER_SIZE:])[1]
-    return _DECODERS[version](view, keyring)
+    return _decode(view, keyring, version)
 
 
-def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, ObjectContext]:
+def _decode(tail: memoryview, keyring: KeyRing | None, version: int) -> tuple[Manifest, ObjectContext]:
+    """Versions 1 and 2 share the manifest's layout; 2 differs in its chunks (runs of zstd frames)."""
     trailer = tail[-TRAILER_SIZE:]
     signed = tail[:-TRAILER_SIZE]
     stages = Stages.from_manifest_flags(signed[0])
@@ -326,7 +327,7 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
 
     try:
         manifest = Manifest(
-            version=1,
+            version=version,
             object_id=object_id,
             chunk_size=chunk_size,
             size=size,
@@ -345,10 +346,6 @@ def _decode_v1(tail: memoryview, keyring: KeyRing | None) -> tuple[Manifest, Obj
     except ValueError as e:
         raise IntegrityError(str(e)) from None
     return manifest, ctx
-
-
-# A later version adds its decoder here and keeps the older ones: a reader reads every version up to its own.
-_DECODERS = {1: _decode_v1}
 
 
 def rewrap(manifest: Manifest, ctx: ObjectContext, keyring: KeyRing) -> tuple[Manifest, ObjectContext]:

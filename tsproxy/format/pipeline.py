@@ -42,6 +42,7 @@ from .context import ObjectContext
 from .kafka_probe import contains_compressed_kafka, looks_like_compressed_kafka
 from .settings import TransformSettings
 from .stages import AesGcmSeal, Crc32cSeal, Payload, SealStage, ZstdStage
+from .zstdframes import FRAME_SIZE
 
 
 class SegmentSeals(Protocol):
@@ -173,7 +174,9 @@ class UploadChain:
         mode = self._settings.compression
         probe = looks_like_compressed_kafka if self._object_start else contains_compressed_kafka
         if mode == "on" or (mode == "auto" and not probe(first_chunk)):
-            self._compress = CODECS[self.stages.codec](self._settings.level)
+            # Format 2 cuts a chunk into frames, so a partial read inflates only what it needs.
+            frame_size = FRAME_SIZE if self._settings.format_version >= 2 else None
+            self._compress = CODECS[self.stages.codec](self._settings.level, frame_size)
 
 
 class DownloadChain:
@@ -193,6 +196,21 @@ class DownloadChain:
         """The original bytes of a stored chunk; IntegrityError (the reason only) on any mismatch."""
         seal = self._seals.get(segment_no) or self._seal_for(segment_no)
         return self._codec.open(seal.open(stored, chunk_no, last), original_len)
+
+    def open_range(
+        self,
+        stored: memoryview,
+        segment_no: int,
+        chunk_no: int,
+        last: bool,
+        original_len: int,
+        start: int,
+        stop: int,
+    ) -> bytes:
+        """Original bytes [start, stop) of a stored chunk: the whole chunk is verified (its seal covers
+        all of it), then only the frames holding those bytes are inflated."""
+        seal = self._seals.get(segment_no) or self._seal_for(segment_no)
+        return self._codec.open_range(seal.open(stored, chunk_no, last), original_len, start, stop)
 
     def _seal_for(self, segment_no: int) -> SealStage:
         info = self._segments.get(segment_no)

@@ -11,7 +11,9 @@ from tsproxy.errors import ConfigError
 MIN_CHUNK_SIZE = 64 * 1024
 MAX_CHUNK_SIZE = 64 * 1024 * 1024
 DEFAULT_CHUNK_SIZE = defaults.CHUNK_SIZE
-FORMAT_VERSION = 1
+# Versions this code reads, and the newest it writes (new objects get defaults.FORMAT_VERSION).
+READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 2
 
 CompressionMode = Literal["off", "on", "auto"]
 COMPRESSION_MODES: tuple[CompressionMode, ...] = ("off", "on", "auto")
@@ -28,6 +30,9 @@ class TransformSettings:
     compression: CompressionMode = defaults.COMPRESSION
     level: int = defaults.COMPRESSION_LEVEL
     encryption: bool = defaults.ENCRYPTION
+    # 1: a compressed chunk is one zstd frame; 2: a run of frames of at most 1 MiB (partial reads
+    # inflate only the frames they need). Readers of 1 cannot read 2.
+    format_version: int = defaults.FORMAT_VERSION
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_size, int) or not MIN_CHUNK_SIZE <= self.chunk_size <= MAX_CHUNK_SIZE:
@@ -38,3 +43,5 @@ class TransformSettings:
             raise ConfigError(f"compression: {self.compression!r} is not one of off, on, auto")
         if not isinstance(self.level, int) or not MIN_LEVEL <= self.level <= MAX_LEVEL:
             raise ConfigError(f"compression level: {self.level!r} is not between {MIN_LEVEL} and {MAX_LEVEL}")
+        if self.format_version not in READABLE_VERSIONS:
+            raise ConfigError(f"format_version: {self.format_version!r} is not one of 1, 2")

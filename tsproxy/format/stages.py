@@ -23,58 +23,85 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tsproxy.errors import IntegrityError
 
+from . import zstdframes
 from .context import SALT_SIZE, TAG_SIZE, ObjectContext, aad_prefix, chunk_aad, chunk_nonce
 
 Payload = bytes | memoryview
 
 
 class ZstdStage:
-    """zstd, one standard frame a chunk (content size recorded, no checksum); kept only when smaller.
+    """zstd, kept only when smaller: a chunk becomes one standard frame (format 1), or a run of frames of
+    at most `frame_size` original bytes each (format 2), every frame with its content size and no
+    checksum. Either is read back whole (`open`) or in part (`open_range`, inflating only the frames
+    that hold the part).
 
     Owns a zstd context, which is not thread-safe: one stage per encoder or decoder, one thread at a time.
     """
 
     name: ClassVar[str] = "zstd"
 
-    def __init__(self, level: int | None = None) -> None:
+    def __init__(self, level: int | None = None, frame_size: int | None = None) -> None:
         # A level makes a compressing stage (upload); without one the stage only inflates (download).
         self._compressor = (
             None
             if level is None
             else zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
         )
+        self._frame_size = frame_size
         self._decompressor: zstandard.ZstdDecompressor | None = None
 
     def seal(self, chunk: memoryview) -> Payload:
-        """The chunk's zstd frame if strictly smaller than the chunk, else the chunk itself."""
+        """The chunk's zstd frame(s) if strictly smaller than the chunk, else the chunk itself."""
         if self._compressor is None:
             raise RuntimeError("a ZstdStage without a level only opens")
-        packed = self._compressor.compress(chunk)
+        size = self._frame_size
+        if size is None or len(chunk) <= size:
+            packed = self._compressor.compress(chunk)
+        else:
+            packed = b"".join(
+                self._compressor.compress(chunk[pos : pos + size]) for pos in range(0, len(chunk), size)
+            )
         return packed if len(packed) < len(chunk) else chunk
 
     def open(self, payload: Payload, original_len: int) -> bytes:
         """The original bytes of a verified payload: itself when of the original length, else inflated.
 
-        The frame's declared size is checked before inflating: a hostile frame cannot ask for a huge buffer.
+        Every frame's declared size is checked before inflating: a hostile frame cannot ask for a huge
+        buffer.
         """
         if len(payload) == original_len:
             return payload if isinstance(payload, bytes) else bytes(payload)
+        run = self._frames(payload, original_len)
+        if len(run) == 1:
+            return self._inflate(payload, run[0])
+        return b"".join(self._inflate(payload, frame) for frame in run)
+
+    def open_range(self, payload: Payload, original_len: int, start: int, stop: int) -> bytes:
+        """Original bytes [start, stop) of a verified payload, inflating only the frames that hold them."""
+        if not 0 <= start <= stop <= original_len:
+            raise ValueError(f"bytes {start}..{stop} are not within a chunk of {original_len}")
+        if len(payload) == original_len:
+            return bytes(payload[start:stop])
+        run = self._frames(payload, original_len)
+        first, past, offset = zstdframes.covering(run, start, stop)
+        data = b"".join(self._inflate(payload, frame) for frame in run[first:past])
+        return data[start - offset : stop - offset]
+
+    def _frames(self, payload: Payload, original_len: int) -> list[zstdframes.Frame]:
         if len(payload) > original_len:
             raise IntegrityError("longer than its original length")
-        try:
-            declared = zstandard.frame_content_size(payload)
-        except zstandard.ZstdError:
-            raise IntegrityError("not a zstd frame") from None
-        if declared != original_len:
-            raise IntegrityError(f"zstd frame declares {declared} bytes, expected {original_len}")
+        return zstdframes.frames(payload, original_len)
+
+    def _inflate(self, payload: Payload, frame: zstdframes.Frame) -> bytes:
         if self._decompressor is None:
             self._decompressor = zstandard.ZstdDecompressor()
+        piece = memoryview(payload)[frame.offset : frame.offset + frame.length]
         try:
-            data = self._decompressor.decompress(payload, max_output_size=original_len)
+            data = self._decompressor.decompress(piece, max_output_size=frame.content_size)
         except zstandard.ZstdError as e:
             raise IntegrityError(f"zstd: {e}") from None
-        if len(data) != original_len:
-            raise IntegrityError(f"decompressed to {len(data)} bytes, expected {original_len}")
+        if len(data) != frame.content_size:
+            raise IntegrityError(f"decompressed to {len(data)} bytes, expected {frame.content_size}")
         return data
 
 

@@ -157,7 +157,7 @@ class WriteOps(ReadOps):
                     loc.bucket, loc.key, buffered, metadata=meta, content_type=content_type
                 )
             else:
-                meta = {META_FORMAT: "1"}
+                meta = {META_FORMAT: str(settings.format_version)}
                 if size_hint is not None:
                     meta[META_SIZE] = str(size_hint)
                 info = await self.backend.put(
