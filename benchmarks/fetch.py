@@ -17,13 +17,15 @@ restarted on a new cache directory), then the same again ("warm"); sequential 4 
 random 1 MiB fetches, cold. A fetch
 starts at a record batch, as a broker's does, so fetches overlap by a partial batch and cross chunk
 boundaries anywhere. Requests are signed and sent by a lean client (fetch_support.LeanS3) so that the
-client's own cost stays small beside the servers'; every body read is checked against the segment.
+client's own cost stays small beside the servers', or with `--client boto3` by boto3 as applications
+send them (its own CPU per request then counts for every system alike); every body read is checked
+against the segment.
 Backend figures are SeaweedFS' own counters for the system's bucket: GET requests (HEADs count as GETs
 there) per MiB the client read, and body bytes SeaweedFS sent (received, for the upload) per client byte.
 The machine's load average is printed with the table: other processes move every figure.
 
     .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
-        [--scenarios chunks,random] [--chunk-size 1MiB]
+        [--scenarios chunks,random] [--chunk-size 1MiB] [--client lean|boto3]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 from common import markdown
 from fetch_support import (
+    CLIENTS,
     MIB,
     SCENARIOS,
     SYSTEMS,
@@ -100,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         help='comma-separated, by name or unique prefix ("chunks,random"), or "reads"; default: all',
     )
     ap.add_argument("--chunk-size", help="tsproxy's chunk size for the objects it writes (default: its own)")
+    ap.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="lean",
+        help="who sends the scenarios' requests: LeanS3 (default) or boto3, as applications do",
+    )
     ap.add_argument("--json", help="write the rows here as a JSON list")
     ap.add_argument(
         "--workdir",
@@ -139,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}:", file=sys.stderr)
                 system: System
                 with started(factories[name]) as system:
-                    run_system(system, weed, segment, SEGMENT_KEY, random_count, report, args.scenarios)
+                    run_system(
+                        system, weed, segment, SEGMENT_KEY, random_count, report, args.scenarios, args.client
+                    )
         finally:
             weed.stop()
 
@@ -147,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     order = {s: i for i, s in enumerate(SCENARIOS)}
     rows.sort(key=lambda r: (order[r["scenario"]], SYSTEMS.index(r["system"])))
     print(
-        f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches "
-        f"({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, {load_after:.1f} after)\n"
+        f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches, "
+        f"{args.client} client ({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, "
+        f"{load_after:.1f} after)\n"
     )
     direct = {r["scenario"]: r["mib_s"] for r in rows if r["system"] == "direct"}
     for r in rows:

@@ -256,6 +256,18 @@ def lean_client(system: System) -> LeanS3:
     return LeanS3(system.endpoint, *system.keys)
 
 
+CLIENTS = ("lean", "boto3")
+
+
+def scenario_client(system: System, kind: str) -> LeanS3 | Boto3S3:
+    """The client the scenarios send their requests with: LeanS3, or boto3 as applications use it."""
+    if kind == "boto3":
+        return Boto3S3(boto3_client(system))
+    if kind == "lean":
+        return lean_client(system)
+    raise ValueError(f"unknown client {kind!r}; choose from {', '.join(CLIENTS)}")
+
+
 def boto3_client(system: System) -> Any:
     """A boto3 client for the system as it is now, for the calls whose cost does not matter."""
     return s3_client(system.endpoint, *system.keys)
@@ -358,6 +370,32 @@ class LeanS3:
         if status != 200:
             raise RuntimeError(f"UploadPart {number} of {key}: {status} {data[:300]!r}")
         return headers["etag"]
+
+
+class Boto3S3:
+    """The scenarios' requests sent by boto3 (get_object, upload_part, put_object), as a Kafka Connect
+    sink, Spark or a script would send them; the same interface as LeanS3. boto3's own CPU per request
+    is part of what such a client sees, for every system alike."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def get_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
+        answer = self.client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+        if not str(answer.get("ContentRange", "")).startswith(f"bytes {start}-"):
+            served = answer.get("ContentRange")
+            raise RuntimeError(f"GET {key} bytes {start}-{end - 1}: Content-Range {served}")
+        data: bytes = answer["Body"].read()
+        return data
+
+    def put_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes) -> str:
+        answer = self.client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+        )
+        return str(answer["ETag"])
+
+    def put_object(self, bucket: str, key: str, body: bytes) -> None:
+        self.client.put_object(Bucket=bucket, Key=key, Body=body)
 
 
 def _wait_http(
@@ -692,11 +730,16 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def measure_reads(
-    system: System, weed: SeaweedFS, key: str, ranges: Sequence[Range], expected: bytes
+    system: System,
+    weed: SeaweedFS,
+    key: str,
+    ranges: Sequence[Range],
+    expected: bytes,
+    client_kind: str = "lean",
 ) -> Measurement:
     """Read `ranges` of `key` one after another, as one consumer does; every body is checked against
     `expected` (outside the timed part) so a fast wrong answer cannot pass."""
-    client = lean_client(system)
+    client = scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
     latencies: list[float] = []
     total = 0
@@ -712,13 +755,18 @@ def measure_reads(
 
 
 def measure_upload(
-    system: System, weed: SeaweedFS, key: str, data: bytes, concurrency: int = UPLOAD_CONCURRENCY
+    system: System,
+    weed: SeaweedFS,
+    key: str,
+    data: bytes,
+    concurrency: int = UPLOAD_CONCURRENCY,
+    client_kind: str = "lean",
 ) -> Measurement:
     """A multipart upload of `data` in PART_BYTES parts, `concurrency` at once (parts sent by LeanS3,
     creation and completion by boto3); latencies are the parts'. The time is what the client waits for;
     backend traffic is counted once the system says the bytes are stored (rclone acknowledges before its
     write-back)."""
-    client, lean = boto3_client(system), lean_client(system)
+    client, lean = boto3_client(system), scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
     parts = [(n + 1, data[pos : pos + PART_BYTES]) for n, pos in enumerate(range(0, len(data), PART_BYTES))]
 
@@ -742,15 +790,20 @@ def measure_upload(
     return Measurement(len(data), seconds, tuple(d[0] for d in done), after - before)
 
 
-def measure_put(system: System, weed: SeaweedFS, key: str, data: bytes) -> Measurement:
-    """One PutObject of `data` (sent by LeanS3)."""
-    lean = lean_client(system)
+def measure_put(
+    system: System, weed: SeaweedFS, key: str, data: bytes, client_kind: str = "lean"
+) -> Measurement:
+    """One PutObject of `data`."""
+    client = scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
     begin = time.perf_counter()
-    status, _, body = lean.request("PUT", LeanS3.path(system.bucket, key), body=data)
+    if isinstance(client, Boto3S3):
+        client.put_object(system.bucket, key, data)
+    else:
+        status, _, body = client.request("PUT", LeanS3.path(system.bucket, key), body=data)
+        if status != 200:
+            raise RuntimeError(f"PUT {key}: {status} {body[:300]!r}")
     seconds = time.perf_counter() - begin
-    if status != 200:
-        raise RuntimeError(f"PUT {key}: {status} {body[:300]!r}")
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
     return Measurement(len(data), seconds, (seconds,), after - before)
@@ -829,38 +882,44 @@ def run_system(
     random_count: int,
     report: Callable[[dict[str, Any]], None],
     scenarios: Sequence[str] = SCENARIOS,
+    client_kind: str = "lean",
 ) -> None:
-    """The chosen scenarios against one system, in order: a multipart upload with one part in flight,
-    then with four; one 64 MiB PutObject; cold, then warm sequential 1 MiB fetches (of the
-    four-in-flight upload's object); cold 4 MiB chunk reads; cold random 1 MiB fetches. `report` gets
+    """The chosen scenarios against one system, with `client_kind`'s client, in order: a multipart
+    upload with one part in flight, then with four; one 64 MiB PutObject; cold, then warm sequential
+    1 MiB fetches (of the four-in-flight upload's object); cold 4 MiB chunk reads; cold random 1 MiB
+    fetches. `report` gets
     each row as it is measured. What a chosen scenario needs but is not chosen itself (the object to
     read, the cold pass before the warm one) is done without being reported."""
     wanted = set(scenarios)
+    kind = client_kind
+
+    def reads(ranges: Sequence[Range]) -> Measurement:
+        return measure_reads(system, weed, key, ranges, segment.data, kind)
+
     if UPLOAD_SERIAL in wanted:
-        serial = measure_upload(system, weed, key + ".serial", segment.data, concurrency=1)
+        serial = measure_upload(system, weed, key + ".serial", segment.data, concurrency=1, client_kind=kind)
         report({**serial.row(system.name, UPLOAD_SERIAL), "parts": -(-segment.size // PART_BYTES)})
     if UPLOAD in wanted or wanted & set(READ_SCENARIOS):
-        upload = measure_upload(system, weed, key, segment.data)
+        upload = measure_upload(system, weed, key, segment.data, client_kind=kind)
         if UPLOAD in wanted:
             report(upload.row(system.name, UPLOAD))
     if PUT in wanted:
-        report(measure_put(system, weed, key + ".put", segment.data[:PUT_BYTES]).row(system.name, PUT))
+        put = measure_put(system, weed, key + ".put", segment.data[:PUT_BYTES], kind)
+        report(put.row(system.name, PUT))
     if wanted & {SEQ_COLD, SEQ_WARM}:
         system.go_cold()
         sequential = consumer_fetches(segment)
-        cold = measure_reads(system, weed, key, sequential, segment.data)
+        cold = reads(sequential)
         if SEQ_COLD in wanted:
             report(cold.row(system.name, SEQ_COLD))
         if SEQ_WARM in wanted:
-            report(measure_reads(system, weed, key, sequential, segment.data).row(system.name, SEQ_WARM))
+            report(reads(sequential).row(system.name, SEQ_WARM))
     if CHUNKS_COLD in wanted:
         system.go_cold()
-        chunks = chunk_reads(segment.size)
-        report(measure_reads(system, weed, key, chunks, segment.data).row(system.name, CHUNKS_COLD))
+        report(reads(chunk_reads(segment.size)).row(system.name, CHUNKS_COLD))
     if RANDOM_COLD in wanted:
         system.go_cold()
-        scattered = random_fetches(segment, random_count)
-        report(measure_reads(system, weed, key, scattered, segment.data).row(system.name, RANDOM_COLD))
+        report(reads(random_fetches(segment, random_count)).row(system.name, RANDOM_COLD))
 
 
 def parse_scenarios(text: str) -> list[str]:

@@ -79,3 +79,16 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     assert len(goals) == 9 + len(READ_SCENARIOS)
     assert all(g.startswith(("PASS", "FAIL")) for g in goals if "rclone" not in g)
     assert all(g.startswith("n/a") for g in goals if "rclone" in g)
+
+
+def test_fetch_benchmark_runs_its_scenarios_with_boto3(tmp_path: Path) -> None:
+    out = tmp_path / "fetch.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fetch.py"), "--size", "8", "--systems", "tsproxy,direct",
+         "--client", "boto3", "--scenarios", "upload 1,put,chunks,random", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=480,
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
+    rows = json.loads(out.read_text())
+    assert len(rows) == 8 and all(_finite(r["mib_s"]) > 0 for r in rows)
+    assert "boto3 client" in done.stdout
