@@ -49,8 +49,10 @@ log = logging.getLogger("tsproxy.service")
 # the segment has a great many chunks; a part kept in the record after it is left for a ranged read.
 RECORD_HEAD_READ = 64 * 1024
 # How much longer than upload_record_delay a completion (or ListParts) waits for a record another
-# instance holds: its flusher looks every quarter of the delay, and writing takes a moment.
-RECORD_WAIT_MARGIN = 3.0
+# instance holds: its flusher looks every eighth of the delay, and writing takes a moment. With the
+# default delay the wait ends before a slow CompleteMultipartUpload is answered early (server.multipart),
+# so a part that never comes is a plain 400 InvalidPart.
+RECORD_WAIT_MARGIN = 1.5
 FLUSH_CONCURRENCY = 8  # uploads written at once
 WRITE_CONCURRENCY = 16  # records of one upload written at once
 
@@ -85,7 +87,7 @@ class RecordOps(CompletionOps):
         await bounded_gather(FLUSH_CONCURRENCY, [e for e in self.pending if e.has_unwritten], self._flush)
 
     async def _flush_quiet_uploads(self) -> None:
-        tick = min(1.0, max(0.01, self.upload_record_delay / 4))
+        tick = min(1.0, max(0.01, self.upload_record_delay / 8))
         while True:
             await asyncio.sleep(tick)
             due = self.pending.due(time.monotonic(), self.upload_record_delay)
@@ -295,7 +297,7 @@ class RecordOps(CompletionOps):
             if done or time.monotonic() >= deadline:
                 return state, sorted(records.values(), key=lambda r: r.part_no), [o.key for o in listed]
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 1.0)
+            pause = min(pause * 2, 0.5)
 
 
 def _held_by(record: PartRecord, backend_parts: dict[int, set[str]]) -> bool:

@@ -155,14 +155,22 @@ class Janitor:
         multipart = backend if isinstance(backend, MultipartCapable) else None
         uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
         sweep = plan_sweep(internal, root.key, uploads, now, self.age, COMPLETED_UPLOAD_TTL.total_seconds())
-        # The uploads this instance holds records of are live, whatever the backend shows of them.
+        # The uploads this instance holds records of are live, whatever the backend shows of them: their
+        # objects, their backend uploads, and what is under their prefix or at their keys.
         held = self.service.pending.live(bucket)
-        names, ids = {e.name for e in held}, {e.state.backend_upload for e in held}
         if held:
+            names = {e.name for e in held}
+            ids = {e.state.backend_upload for e in held}
+            prefixes = tuple(ns.internal(bucket, f"mpu/{e.name}/").key for e in held)
+            keys = [ns.object(bucket, e.state.key).key for e in held]
             sweep = dataclasses.replace(
                 sweep,
                 uploads=tuple(u for u in sweep.uploads if u.upload_id not in names),
-                backend_uploads=tuple(u for u in sweep.backend_uploads if u.upload_id not in ids),
+                backend_uploads=tuple(
+                    u
+                    for u in spare_completing(sweep.backend_uploads, keys)
+                    if u.upload_id not in ids and not u.key.startswith(prefixes)
+                ),
             )
         for upload in sweep.uploads:
             await self._remove_upload(bucket, root.bucket, upload, sweep.attached.get(upload.upload_id), run)

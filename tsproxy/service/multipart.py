@@ -283,14 +283,19 @@ class UploadOps(RecordOps):
         if not parts:
             raise errors.MalformedXML()
         entry = self.pending.get(bucket, upload_name(upload_id)) if valid_upload_id(upload_id) else None
+        if entry is not None:
+            async with entry.lock:  # a flush of the upload's records in flight ends first; no other starts
+                entry.completing += 1
         try:
-            async with holding(entry):  # no flush of the upload's records meanwhile
-                return await self._complete(bucket, key, upload_id, parts, entry)
+            return await self._complete(bucket, key, upload_id, parts, entry)
         except errors.NoSuchUpload:
             done = await self._completed_upload(bucket, key, upload_id, parts)
             if done is not None and done.answers(key, parts, datetime.now(UTC)):
                 return done
             raise
+        finally:
+            if entry is not None:
+                entry.completing -= 1
 
     async def _complete(
         self,
@@ -311,7 +316,8 @@ class UploadOps(RecordOps):
                 pass  # a part was sent again through another instance meanwhile: read what is stored
         if entry is not None:
             # What this instance holds is written first: a completion by copying reads it from there.
-            await self._write_held(entry)
+            async with entry.lock:
+                await self._write_held(entry)
         state, records, keys = await self._gather(bucket, key, upload_id, parts)
         return await self._complete_from(bucket, key, upload_id, parts, state, records, keys)
 
@@ -469,16 +475,19 @@ class UploadOps(RecordOps):
         state = await self._upload_state(bucket, key, upload_id)
         entry = self.pending.get(bucket, upload_name(upload_id))
         async with holding(entry):
+            gone = False
+            if ticket_of(upload_id) is not None:
+                # A ticketed upload is there as long as its backend upload is (some stores abort an
+                # unknown upload without a word).
+                try:
+                    await self._backend_parts(bucket, state)
+                except errors.NoSuchUpload:
+                    gone = True
             await self._drop_upload(bucket, upload_id)
-            if ticket_of(upload_id) is None:
+            if not gone:
                 await quietly(self._abort_backend_upload(bucket, state))
-                return
-            try:  # a ticketed upload is there as long as its backend upload is
-                await self._abort_backend_upload(bucket, state)
-            except errors.NoSuchUpload:
-                raise
-            except Exception:
-                log.warning("backend upload not aborted", exc_info=True)
+        if gone:
+            raise errors.NoSuchUpload(UploadId=upload_id)
 
     async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
         """Forget the upload and delete its objects: `keys` when the caller knows them (a part that

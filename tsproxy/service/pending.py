@@ -28,6 +28,9 @@ RECORD_OVERHEAD = 1024
 # of quiet: a completion then lists what is stored, as any other instance's does.
 KEEP_WRITTEN = 4096
 KEEP_WRITTEN_SECONDS = 3600.0
+# An upload that never goes quiet has what it holds written after this many seconds all the same: a crash
+# then loses at most this much of a long upload, and the janitors of other instances see it written to.
+BUSY_WRITE_AFTER = 60.0
 
 
 @dataclass(eq=False)
@@ -44,10 +47,12 @@ class PendingUpload:
     written: set[str] = field(default_factory=set)  # backend keys of the upload's objects known to be there
     in_flight: int = 0  # UploadPart requests being served
     last_activity: float = field(default_factory=time.monotonic)
+    held_since: float = field(default_factory=time.monotonic)  # since when something is unwritten
     retry_after: float = 0.0  # monotonic time before which a failed write is not tried again
     closed: bool = False  # completed or aborted: nothing more is written
-    # Held by a flush and by a completion or abort of the upload, so neither writes nor deletes what the
-    # other is about to.
+    completing: int = 0  # completions of the upload in flight here: they write what they need themselves
+    # Held by a flush and by an abort of the upload (and taken by a completion as it starts), so neither
+    # writes nor deletes what the other is about to.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -100,6 +105,8 @@ class PendingUploads:
         freed = cost(old) if old is not None else 0
         if self.held_bytes - freed + cost(record) > self.max_bytes:
             return False
+        if not entry.has_unwritten:
+            entry.held_since = time.monotonic()
         self.held_bytes += cost(record) - freed
         entry.parts[record.part_no] = record
         entry.unwritten.add(record.part_no)
@@ -136,12 +143,16 @@ class PendingUploads:
             del self._uploads[key]
 
     def due(self, now: float, delay: float) -> list[PendingUpload]:
-        """The uploads with something to write that went quiet `delay` seconds ago (and are not being
-        flushed, completed or aborted right now)."""
+        """The uploads with something to write that went quiet `delay` seconds ago, or have held it for
+        BUSY_WRITE_AFTER (and are not being flushed, completed or aborted right now)."""
         return [
             e
             for e in self._uploads.values()
-            if e.has_unwritten and e.idle(now, delay) and now >= e.retry_after and not e.lock.locked()
+            if e.has_unwritten
+            and (e.idle(now, delay) or now - e.held_since >= BUSY_WRITE_AFTER)
+            and now >= e.retry_after
+            and not e.completing
+            and not e.lock.locked()
         ]
 
     def live(self, bucket: str) -> list[PendingUpload]:
