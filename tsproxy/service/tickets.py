@@ -131,10 +131,12 @@ def decode(data: bytes) -> UploadTicket:
         )
     except errors.ConfigError as e:
         raise TicketRefused(str(e)) from None
+    try:
+        when = datetime.fromtimestamp(initiated / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        raise TicketRefused("initiation time out of range") from None
     ctx_state = bytes(data[_HEADER.size : _HEADER.size + n])
-    return UploadTicket(
-        ctx_state, settings, CONTENT_TYPES[content_code], datetime.fromtimestamp(initiated / 1000, UTC)
-    )
+    return UploadTicket(ctx_state, settings, CONTENT_TYPES[content_code], when)
 
 
 def open_ticket(
