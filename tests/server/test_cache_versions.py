@@ -40,7 +40,13 @@ class HeldCompletions(LocalBackend):
         self.held: list[threading.Event] = []
 
     async def complete_multipart(
-        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]], *, size: int | None = None
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        *,
+        size: int | None = None,
     ) -> ObjectInfo:
         if key == self.key and len(self.held) < 2:
             go = threading.Event()
