@@ -54,6 +54,7 @@ RECORD_HEAD_READ = 64 * 1024
 # so a part that never comes is a plain 400 InvalidPart.
 RECORD_WAIT_MARGIN = 1.5
 FLUSH_CONCURRENCY = 8  # uploads written at once
+FLUSH_RETRY_AFTER = 5.0  # seconds at least before a write the store refused is tried again
 WRITE_CONCURRENCY = 16  # records of one upload written at once
 
 
@@ -100,7 +101,7 @@ class RecordOps(CompletionOps):
                 if not entry.closed:
                     await self._write_held(entry)
         except Exception as e:  # the store is down or refusing: held, and tried again later
-            entry.retry_after = time.monotonic() + self.upload_record_delay
+            entry.retry_after = time.monotonic() + max(self.upload_record_delay, FLUSH_RETRY_AFTER)
             fields = {
                 "bucket": entry.bucket,
                 "upload": entry.name,

@@ -60,6 +60,7 @@ from tsproxy.service.records import (
 from tsproxy.store.base import MultipartCapable, multipart_etag, multipart_of
 
 log = logging.getLogger("tsproxy.service")
+
 # How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
 # (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
 # records older than that.
