@@ -38,7 +38,7 @@ def _golden_ctx(ring: KeyRing) -> ObjectContext:
 
 def _golden_ticket() -> bytes:
     ctx = _golden_ctx(golden_ring())
-    ticket = tickets.UploadTicket(ctx.to_state(), SETTINGS, "binary/octet-stream", INITIATED)
+    ticket = tickets.UploadTicket(ctx.to_state(), SETTINGS, "binary/octet-stream", INITIATED, 1)
     return tickets.seal(ticket, ctx, BUCKET, KEY, NAME)
 
 
@@ -46,14 +46,14 @@ def test_the_golden_ticket_is_what_the_codec_makes_and_opens() -> None:
     data = GOLDEN.read_bytes()
     assert _golden_ticket() == data
     opened, ctx = tickets.open_ticket(data, BUCKET, KEY, NAME, golden_ring(), require_encryption=True)
-    assert opened == tickets.UploadTicket(ctx.to_state(), SETTINGS, "binary/octet-stream", INITIATED)
+    assert opened == tickets.UploadTicket(ctx.to_state(), SETTINGS, "binary/octet-stream", INITIATED, 1)
     assert ctx.dek == DEK and ctx.object_id == OBJECT_ID
     # The documented offsets (docs/FORMAT.md): version, flags, settings, time, context length.
     assert data[0] == 1 and data[1] == 0b011  # encrypted; content type 1
-    assert int.from_bytes(data[2:6], "big") == 4 << 20 and data[6:8] == bytes([2, 1])
-    assert int.from_bytes(data[8:16], "big") == 1767323045678
-    n = int.from_bytes(data[16:18], "big")
-    assert data[18 : 18 + n] == ctx.to_state() and len(data) == 18 + n + 16
+    assert int.from_bytes(data[2:6], "big") == 4 << 20 and data[6:9] == bytes([2, 1, 1])
+    assert int.from_bytes(data[9:17], "big") == 1767323045678
+    n = int.from_bytes(data[17:19], "big")
+    assert data[19 : 19 + n] == ctx.to_state() and len(data) == 19 + n + 16
 
 
 def test_every_byte_of_a_ticket_is_checked() -> None:

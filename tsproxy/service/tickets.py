@@ -19,10 +19,11 @@ Bytes, big-endian (docs/FORMAT.md, "Upload tickets"; pinned by tests/golden/uplo
     2       4     chunk size
     6       1     compression: 0 off, 1 on, 2 auto
     7       1     zstd level
-    8       8     initiated, milliseconds since the epoch
-    16      2     n: length of the object context state
-    18      n     object context state (ObjectContext.to_state)
-    18 + n  16    check of bytes 0 .. 18 + n, then the bucket, the key and the upload name, each a
+    8       1     stored format version the upload's segments are written in
+    9       8     initiated, milliseconds since the epoch
+    17      2     n: length of the object context state
+    19      n     object context state (ObjectContext.to_state)
+    19 + n  16    check of bytes 0 .. 19 + n, then the bucket, the key and the upload name, each a
                   varint length and UTF-8
 """
 
@@ -38,11 +39,12 @@ from datetime import UTC, datetime
 from tsproxy import errors
 from tsproxy.format import KeyRing, ObjectContext, TransformSettings
 from tsproxy.format.context import TICKET_MAC_SIZE
-from tsproxy.format.settings import COMPRESSION_MODES
+from tsproxy.format.settings import COMPRESSION_MODES, FORMAT_VERSION
 from tsproxy.format.wire import varint
 
 VERSION = 1
-_HEADER = struct.Struct(">BBIBBQH")  # version, flags, chunk size, compression, level, initiated, n
+# version, flags, chunk size, compression, level, stored format version, initiated, n
+_HEADER = struct.Struct(">BBIBBBQH")
 _FLAG_ENCRYPTED = 0x01
 _CONTENT_TYPE_SHIFT, _CONTENT_TYPE_MASK = 1, 0x06
 # The content types a ticket can carry: none, and the defaults SDKs send on CreateMultipartUpload (the
@@ -61,6 +63,8 @@ class UploadTicket:
     settings: TransformSettings
     content_type: str | None
     initiated: datetime
+    # The stored format version of the upload's segments: every part of one object is written in one.
+    format_version: int = FORMAT_VERSION
 
 
 def ticketable(content_type: str | None, metadata: Mapping[str, str], headers: Mapping[str, str]) -> bool:
@@ -80,6 +84,7 @@ def _body(ticket: UploadTicket) -> bytes:
         s.chunk_size,
         COMPRESSION_MODES.index(s.compression),
         s.level,
+        ticket.format_version,
         initiated,
         len(ticket.ctx_state),
     )
@@ -112,9 +117,13 @@ def decode(data: bytes) -> UploadTicket:
     """The ticket's fields, unchecked (see `open_ticket`); TicketRefused when they do not parse."""
     if len(data) < _HEADER.size + TICKET_MAC_SIZE:
         raise TicketRefused("too short")
-    version, flags, chunk_size, compression, level, initiated, n = _HEADER.unpack_from(data, 0)
+    version, flags, chunk_size, compression, level, stored_version, initiated, n = _HEADER.unpack_from(
+        data, 0
+    )
     if version != VERSION:
         raise TicketRefused(f"unknown version {version}")
+    if not 1 <= stored_version <= FORMAT_VERSION:
+        raise TicketRefused(f"stored format version {stored_version} is not one this release writes")
     if flags & ~(_FLAG_ENCRYPTED | _CONTENT_TYPE_MASK):
         raise TicketRefused("unknown flags")
     content_code = (flags & _CONTENT_TYPE_MASK) >> _CONTENT_TYPE_SHIFT
@@ -136,7 +145,7 @@ def decode(data: bytes) -> UploadTicket:
     except (ValueError, OverflowError, OSError):
         raise TicketRefused("initiation time out of range") from None
     ctx_state = bytes(data[_HEADER.size : _HEADER.size + n])
-    return UploadTicket(ctx_state, settings, CONTENT_TYPES[content_code], when)
+    return UploadTicket(ctx_state, settings, CONTENT_TYPES[content_code], when, stored_version)
 
 
 def open_ticket(
