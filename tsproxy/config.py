@@ -149,7 +149,7 @@ def _parse_optional_path(value: Any) -> Path | None:
 Check = Callable[[Any], str | None]
 
 
-def _between(low: int, high: int, why: str) -> Check:
+def _between(low: float, high: float, why: str) -> Check:
     return lambda v: None if low <= v <= high else why
 
 
@@ -172,6 +172,13 @@ _check_compression_level = _between(MIN_LEVEL, MAX_LEVEL, f"must be between {MIN
 
 def _check_compression(mode: str) -> str | None:
     return None if mode in COMPRESSION_MODES else f"{mode!r} is not one of off, on, auto"
+
+
+UPLOAD_RECORD_MODES = ("deferred", "eager")
+
+
+def _check_upload_records(mode: str) -> str | None:
+    return None if mode in UPLOAD_RECORD_MODES else f"{mode!r} is not one of deferred, eager"
 
 
 def _check_log_level(level: str) -> str | None:
@@ -349,6 +356,15 @@ class Config:
         default=defaults.JANITOR_INTERVAL,
         metadata=parsed_by(parse_duration, _at_least(0, "must not be negative (0 turns the janitor off)")),
     )
+    # when the record of a multipart part is written: "deferred" (once the upload is quiet) or "eager"
+    upload_records: str = field(
+        default=defaults.UPLOAD_RECORDS, metadata=parsed_by(str, _check_upload_records)
+    )
+    # seconds an upload must be quiet (no part arriving) before its deferred part records are written
+    upload_record_delay: float = field(
+        default=defaults.UPLOAD_RECORD_DELAY,
+        metadata=parsed_by(parse_duration, _between(0.01, 600, "must be between 10ms and 10m")),
+    )
     # Set by `load` when the embedded defaults are in use (dev key ring and credentials).
     dev_mode: bool = False
     # Set by `load` when no key ring was named and the dev ring next to the data directory is used;
@@ -472,6 +488,9 @@ def _validate(cfg: Config) -> None:
             fail(name, "must be greater than 0")
     if cfg.max_connections < 1:
         fail("max_connections", "must be at least 1")
+    if cfg.upload_record_delay >= cfg.leftover_age:
+        # else the janitor of another instance could take a quiet upload whose records are still held
+        fail("upload_record_delay", f"must be shorter than leftover_age ({cfg.leftover_age:g}s)")
     for c in cfg.credentials:
         if not c.access_key or not c.secret_key:
             fail("credentials", "every credential needs access_key and secret_key")

@@ -54,6 +54,10 @@ BODY_IDLE_TIMEOUT = 20.0  # seconds a request body may stall before 400 RequestT
 MAX_CONNECTIONS = 1024  # open client connections; more are closed as they are accepted
 LEFTOVER_AGE = 24 * 3600.0  # seconds untouched before the janitor removes an upload's leftovers
 JANITOR_INTERVAL = 3600.0  # seconds between janitor runs (one runs at start); 0: no janitor
+# Multipart part records: "deferred" writes them once an upload is quiet for UPLOAD_RECORD_DELAY seconds
+# (or at a graceful stop); "eager" writes each before its part is answered.
+UPLOAD_RECORDS: Final = "deferred"
+UPLOAD_RECORD_DELAY = 2.0  # seconds
 
 # Maintenance jobs (`tsproxy jobs`).
 JOB_CONCURRENCY = 8  # objects in flight per task

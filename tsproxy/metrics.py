@@ -35,6 +35,7 @@ BACKEND_OPERATIONS = (
     "CompleteMultipartUpload",
     "AbortMultipartUpload",
     "ListMultipartUploads",
+    "ListParts",
     "CreateBucket",
     "DeleteBucket",
     "HeadBucket",

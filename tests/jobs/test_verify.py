@@ -16,6 +16,7 @@ from tsproxy.format import KeyRing, TransformSettings, encode_object
 from tsproxy.format.manifest import META_FORMAT, META_SIZE
 from tsproxy.jobs import cli as jobs_cli
 from tsproxy.jobs import verify
+from tsproxy.service.records import upload_name
 
 MIB = 1 << 20
 pytestmark = pytest.mark.spark
@@ -161,7 +162,7 @@ def test_verify_finds_planted_damage_and_passes_clean_data(
     uploads = ds.dataset(out / "uploads.parquet").to_table().to_pylist()
     assert sorted((u["kind"], u["upload_id"], u["stale"]) for u in uploads) == [
         ("backend", raw, True),
-        ("tsproxy", left, True),
+        ("tsproxy", upload_name(left), True),  # its objects' directory: the id without its ticket
     ]
 
     # With the default age limit the upload just written is in progress, not stale.

@@ -40,14 +40,20 @@ class HeldCompletions(LocalBackend):
         self.held: list[threading.Event] = []
 
     async def complete_multipart(
-        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        *,
+        size: int | None = None,
     ) -> ObjectInfo:
         if key == self.key and len(self.held) < 2:
             go = threading.Event()
             self.held.append(go)
             self.arrived.release()
             await asyncio.to_thread(go.wait, 60)
-        return await super().complete_multipart(bucket, key, upload_id, parts)
+        return await super().complete_multipart(bucket, key, upload_id, parts, size=size)
 
 
 class HeldProxy(RunningProxy):

@@ -453,6 +453,27 @@ async def test_multipart_out_of_order_with_copy_part(backend: Backend, bucket: s
         await backend.upload_part(bucket, "assembled", upload_id, 4, b"late")
 
 
+async def test_list_parts_and_a_completion_of_known_size(backend: Backend, bucket: str) -> None:
+    """ListParts gives what the upload holds (a part number sent twice: the last, or, on a store that
+    keeps each upload of it, each); a completion told the size answers it with the store's ETag."""
+    upload_id = await backend.create_multipart(bucket, "parts")
+    assert await backend.list_parts(bucket, "parts", upload_id) == []
+    first, again, last = os.urandom(5 * MIB), os.urandom(5 * MIB), b"end"
+    e1 = await backend.upload_part(bucket, "parts", upload_id, 1, first)
+    e1b = await backend.upload_part(bucket, "parts", upload_id, 1, again)
+    e2 = await backend.upload_part(bucket, "parts", upload_id, 2, last)
+    listed = await backend.list_parts(bucket, "parts", upload_id)
+    assert (1, e1b) in listed and (2, e2) in listed and set(listed) <= {(1, e1), (1, e1b), (2, e2)}
+    info = await backend.complete_multipart(bucket, "parts", upload_id, [(1, e1b), (2, e2)], size=5 * MIB + 3)
+    assert info.size == 5 * MIB + 3 and info.etag == (await backend.head(bucket, "parts")).etag
+    assert info.last_modified.tzinfo is not None
+    assert await read_all(backend, bucket, "parts") == again + last
+    with pytest.raises(errors.NoSuchUpload):
+        await backend.list_parts(bucket, "parts", upload_id)
+    with pytest.raises(errors.NoSuchUpload):
+        await backend.list_parts(bucket, "parts", "0" * 32)
+
+
 async def test_upload_part_copy_whole_object_and_suffix(backend: Backend, bucket: str) -> None:
     src = os.urandom(5 * MIB + 10)
     await backend.put(bucket, "src", src)

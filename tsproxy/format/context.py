@@ -3,6 +3,7 @@
 Chunk nonce (12 bytes)  = salt (8, random per segment upload attempt) || chunk_no (u32 BE)
 Associated data (29)    = object_id (16) || segment_no (u32 BE) || chunk_no (u32 BE) || last (u8, 1 or 0)
 Manifest key (32)       = HKDF-SHA256(DEK, salt = none, info = "tsproxy manifest v1")
+Upload ticket key (32)  = HKDF-SHA256(DEK, salt = none, info = "tsproxy upload ticket v1")
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ SALT_SIZE = 8
 TAG_SIZE = 16
 MANIFEST_MAC_SIZE = 16
 MANIFEST_KEY_INFO = b"tsproxy manifest v1"
+TICKET_KEY_INFO = b"tsproxy upload ticket v1"
+TICKET_MAC_SIZE = 16
 MAX_SEGMENT_NO = 10_000
 
 _STATE_VERSION = 1
@@ -142,3 +145,12 @@ class ObjectContext:
     def manifest_mac(self, data: bytes | bytearray | memoryview) -> bytes:
         """HMAC-SHA256 of the manifest bytes, truncated to 16 bytes."""
         return hmac.new(self.manifest_key(), data, hashlib.sha256).digest()[:MANIFEST_MAC_SIZE]
+
+    def ticket_mac(self, message: bytes | bytearray | memoryview) -> bytes:
+        """HMAC-SHA256 of a multipart upload's ticket (service.tickets), truncated to 16 bytes, under a key
+        of its own derived from the DEK: a client holding the upload id can read the ticket, and only
+        the holder of the DEK can make one."""
+        if self.dek is None:
+            raise ValueError("an unencrypted object has no ticket key")
+        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=TICKET_KEY_INFO).derive(self.dek)
+        return hmac.new(key, message, hashlib.sha256).digest()[:TICKET_MAC_SIZE]

@@ -37,6 +37,7 @@ from tsproxy.store.base import Backend
 log = logging.getLogger("tsproxy.server")
 
 CATALOG_CLOSE_TIMEOUT = 10.0  # seconds a stop waits for the size catalog's last flush
+RECORDS_CLOSE_TIMEOUT = 20.0  # seconds a stop waits for the held part records of multipart uploads
 NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})
 
 
@@ -129,7 +130,10 @@ class Proxy:
             part_size=cfg.backend_part_size,
             metadata_ttl=cfg.metadata_ttl,
             catalog=self.catalog,
+            upload_records=cfg.upload_records,
+            upload_record_delay=cfg.upload_record_delay,
         )
+        self.service.start()
         if cfg.local_backend:
             await _ensure_local_root(cfg)
         if self.keyring is not None and cfg.key_ring_check > 0:
@@ -155,6 +159,19 @@ class Proxy:
                 await asyncio.gather(task, return_exceptions=True)
         if self.reader is not None:
             await self.reader.close()
+        if self.service is not None:
+            # Part records held for quiet uploads, so that another instance can complete them; after the
+            # drain (no part arrives any more) and before the store closes. Bounded: the store may be down.
+            try:
+                left = await asyncio.wait_for(self.service.close(), RECORDS_CLOSE_TIMEOUT)
+            except TimeoutError:
+                left = self.service.pending.records_unwritten()
+            if left:
+                fields = {"records": left}
+                log.warning(
+                    "multipart part records not written at stop: the object store refused",
+                    extra={"fields": fields},
+                )
         if self.catalog is not None:
             # What was written since the last flush, for other instances; bounded, the store may be down.
             try:

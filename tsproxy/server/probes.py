@@ -58,6 +58,7 @@ GUARDED = frozenset(
         "complete_multipart",
         "abort_multipart",
         "list_multipart_uploads",
+        "list_parts",
     }
 )
 

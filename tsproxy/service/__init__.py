@@ -9,11 +9,14 @@ The server's handlers speak HTTP; this package speaks objects. Each module has o
 - `writes`: PutObject through the transform, copy, delete, rewrap;
 - `multipart`: multipart uploads, each part a segment of its own until completion;
 - `completion`: where an upload's parts are, and completing a straight upload in place;
+- `tickets`: the upload ticket an upload id carries instead of a state object (pure);
+- `pending`, `deferred`: part records held in memory, written when an upload goes quiet;
 - `listing`, `buckets`: listings in the client's terms, and buckets;
 - `catalog`: the size catalog that spares listings a HEAD per object.
 
-Internal state (multipart uploads in progress) lives in the backend under the reserved namespace, so a
-restarted tsproxy, or another replica, picks up where the last one left off.
+Internal state (multipart uploads in progress) lives in the backend under the reserved namespace, or in
+the upload id's ticket, so a restarted tsproxy, or another replica, picks up where the last one left off
+(part records held in memory are written when an upload goes quiet and at a graceful stop).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from tsproxy.service.records import (
     PartRecord,
     StoredObject,
     UploadState,
+    upload_name,
     upload_token,
 )
 from tsproxy.service.writes import WriteOps
@@ -44,7 +45,8 @@ class CompletionOps(WriteOps):
     """Where an upload's parts are, and the in-place completion of a straight upload."""
 
     def _upload_loc(self, bucket: str, upload_id: str, name: str = "") -> Location:
-        return self.ns.internal(bucket, f"mpu/{upload_id}/{name}")
+        """Where the upload's objects are (below its name: the id without its ticket)."""
+        return self.ns.internal(bucket, f"mpu/{upload_name(upload_id)}/{name}")
 
     def _in_place(self, state: UploadState, chosen: Sequence[PartRecord]) -> bool:
         """Whether a completion of `chosen` completes the upload's own backend upload: when a part went
@@ -149,11 +151,12 @@ class CompletionOps(WriteOps):
                     parts.append((no, etag))
                 no = free_number()
                 parts.append((no, await backend.upload_part(dst.bucket, dst.key, upload, no, tail)))
-            info = await backend.complete_multipart(dst.bucket, dst.key, upload, parts)
+            size = sum(s.stored_size for s in segments) + len(tail)
+            info = await backend.complete_multipart(dst.bucket, dst.key, upload, parts, size=size)
         except errors.NoSuchUpload:
             # Another completion of this upload landed first and took the backend upload with it.
             return await self._complete_after_another(bucket, dst, state, ctx, chosen, last_bytes)
-        return info, manifest, straight_metadata(upload_token(state.upload_id))
+        return info, manifest, straight_metadata(upload_token(state.upload_id), state.settings.format_version)
 
     async def _complete_after_another(
         self,
@@ -249,11 +252,11 @@ class CompletionOps(WriteOps):
         return data
 
 
-def straight_metadata(token: str) -> dict[str, str]:
+def straight_metadata(token: str, version: int) -> dict[str, str]:
     """The backend metadata of an object completed from a straight backend upload, set when that upload
     begins (its size, ETag and tail length are not known yet): the format, and the client upload it
     came from, so that a repeated CompleteMultipartUpload can be answered from the object itself."""
-    return {META_FORMAT: "1", META_UPLOAD: token}
+    return {META_FORMAT: str(version), META_UPLOAD: token}
 
 
 def store_uncompressed(

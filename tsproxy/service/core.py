@@ -11,7 +11,7 @@ from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from tsproxy import errors
+from tsproxy import defaults, errors
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.format import (
     KeyRing,
@@ -21,10 +21,12 @@ from tsproxy.format.catalog import CatalogRecord, HeadFacts
 from tsproxy.metrics import Metrics
 from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.namespace import Namespace
+from tsproxy.service.pending import PendingUploads
 from tsproxy.service.records import (
     PartRecord,
     StoredObject,
     UploadState,
+    upload_name,
 )
 from tsproxy.store.base import Backend, ObjectInfo, buckets_of
 
@@ -33,6 +35,9 @@ log = logging.getLogger("tsproxy.service")
 # Objects whose stored form fits in this are buffered whole, so that their backend metadata can carry
 # the size and ETag (HEAD and listings then need no extra GET).
 SMALL_OBJECT = 8 << 20
+# Part records (and the small parts kept in them) an instance holds unwritten, at most: past it, a part's
+# record is written before its UploadPart is answered, as with upload_records = "eager".
+PENDING_BYTES = 64 << 20
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -65,6 +70,10 @@ class TtlCache(Generic[K, V]):
 
     def pop(self, key: K) -> None:
         self._data.pop(key, None)
+
+    def pop_where(self, chosen: Callable[[K], bool]) -> None:
+        for key in [k for k in self._data if chosen(k)]:
+            del self._data[key]
 
     def clear(self) -> None:
         self._data.clear()
@@ -102,6 +111,8 @@ class ServiceCore:
         part_size: int = 25 << 20,
         metadata_ttl: float = 5.0,
         catalog: SizeCatalog | None = None,
+        upload_records: str = defaults.UPLOAD_RECORDS,
+        upload_record_delay: float = defaults.UPLOAD_RECORD_DELAY,
     ) -> None:
         self.backend = backend
         self.keyring = keyring
@@ -115,7 +126,8 @@ class ServiceCore:
         self._objects: TtlCache[tuple[str, str], StoredObject] = TtlCache(4096, metadata_ttl)
         # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
         self._summaries: TtlCache[tuple[str, str, str], tuple[int, str]] = TtlCache(100_000, 0)
-        self._uploads: TtlCache[str, UploadState] = TtlCache(1024, 0)
+        # (client bucket, upload id as the client spells it) -> its state, once read or its ticket checked.
+        self._uploads: TtlCache[tuple[str, str], UploadState] = TtlCache(1024, 0)
         # (backend bucket, key of a part record) -> (its backend ETag, the record): the records this
         # instance wrote need no GET at completion while the listing shows them unchanged.
         self._part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
@@ -124,6 +136,11 @@ class ServiceCore:
         self._inline_parts: TtlCache[tuple[str, str], bytes] = TtlCache(8, 0)
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
+        # Part records acknowledged and not yet written (service.deferred writes them): "deferred" holds
+        # them until an upload is quiet for upload_record_delay seconds, "eager" writes each at once.
+        self.upload_records = upload_records
+        self.upload_record_delay = upload_record_delay
+        self.pending = PendingUploads(PENDING_BYTES)
 
     def replace_keyring(self, keyring: KeyRing) -> None:
         """Use another key ring from now on (after a reload).
@@ -149,6 +166,13 @@ class ServiceCore:
                     metrics.transform_cpu_seconds.labels(direction).inc(time.thread_time() - start)
 
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
+
+    def forget_upload(self, bucket: str, name: str) -> None:
+        """Drop what this instance remembers of the upload stored as `name` (the janitor removed it)."""
+        self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
+        entry = self.pending.get(bucket, name)
+        if entry is not None:
+            self.pending.close(entry)
 
     def invalidate(self, bucket: str, key: str) -> None:
         self._objects.pop((bucket, key))

@@ -5,7 +5,10 @@ client multipart uploads, probe objects and, in the embedded backend, files bein
 finds them in every client bucket it knows (see service.leftovers for what counts as left over) and
 removes those untouched for `leftover_age`. It never touches a live upload: a client upload written to
 within that age keeps all its objects, and a backend multipart upload under a live upload's prefix, or
-at the key a live upload completes to, is left alone whatever its age.
+at the key a live upload completes to, is left alone whatever its age; nor an upload this instance holds
+part records of (service.pending), or its backend upload. An upload that no instance has written
+anything of (its id carries a ticket, its records are held elsewhere or were lost in a crash) shows only
+as its backend upload, which goes once initiated longer than `leftover_age` ago.
 
 An idle upload is listed once more right before it goes, so a part that arrived since the sweep's listing
 saves it. Every removal is idempotent, so replicas sweeping the same buckets only repeat each other.
@@ -14,6 +17,7 @@ saves it. Every removal is idempotent, so replicas sweeping the same buckets onl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -151,6 +155,23 @@ class Janitor:
         multipart = backend if isinstance(backend, MultipartCapable) else None
         uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
         sweep = plan_sweep(internal, root.key, uploads, now, self.age, COMPLETED_UPLOAD_TTL.total_seconds())
+        # The uploads this instance holds records of are live, whatever the backend shows of them: their
+        # objects, their backend uploads, and what is under their prefix or at their keys.
+        held = self.service.pending.live(bucket)
+        if held:
+            names = {e.name for e in held}
+            ids = {e.state.backend_upload for e in held}
+            prefixes = tuple(ns.internal(bucket, f"mpu/{e.name}/").key for e in held)
+            keys = [ns.object(bucket, e.state.key).key for e in held]
+            sweep = dataclasses.replace(
+                sweep,
+                uploads=tuple(u for u in sweep.uploads if u.upload_id not in names),
+                backend_uploads=tuple(
+                    u
+                    for u in spare_completing(sweep.backend_uploads, keys)
+                    if u.upload_id not in ids and not u.key.startswith(prefixes)
+                ),
+            )
         for upload in sweep.uploads:
             await self._remove_upload(bucket, root.bucket, upload, sweep.attached.get(upload.upload_id), run)
         await self._delete(root.bucket, list(sweep.completed), "upload_state", run)
@@ -197,7 +218,7 @@ class Janitor:
         keys = list(upload.keys)
         # This instance's cached state would keep the upload alive here (UploadPart, ListParts) after
         # every other instance calls it gone.
-        self.service._uploads.pop(upload.upload_id)
+        self.service.forget_upload(bucket, upload.upload_id)
         if upload.has_state:
             keys.remove(upload.state_key)
             await self._delete(backend_bucket, [upload.state_key], "upload_state", run)

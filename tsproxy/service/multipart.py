@@ -5,16 +5,21 @@ multipart upload at the object's own key, begun with the client's upload, as the
 same number; at completion only the tail is uploaded (with a small last part, as a part after the last
 one named) and the backend upload completed, so the backend receives every stored byte once. A smaller
 part (the last one, or one that compression shrank) is kept inside its part record, and an oversized
-one as an object of its own, until completion, which re-uploads or copies them into place. Each part's
-record is written before its UploadPart is answered, so any instance, or this one after a restart, can
-complete the upload; the instance that received the parts completes it without reading any of them
-back. docs/FORMAT.md describes the objects an upload keeps in the reserved namespace.
+one as an object of its own, until completion, which re-uploads or copies them into place.
+
+An upload without metadata of its own carries what CreateMultipartUpload decided in its id (a ticket,
+service.tickets), so it needs no state object to take parts anywhere; and the records of parts sent
+straight or held for the tail are written late (service.deferred). The instance that took every part
+completes the upload with CreateMultipartUpload, one UploadPart per part and CompleteMultipartUpload,
+writing and reading nothing else. docs/FORMAT.md describes the objects an upload keeps in the reserved
+namespace.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
@@ -29,15 +34,17 @@ from tsproxy.format import (
     encode_tail,
 )
 from tsproxy.s3.limits import MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
-from tsproxy.service.completion import META_UPLOAD, CompletionOps, straight_metadata
+from tsproxy.service import tickets
+from tsproxy.service.completion import META_UPLOAD, straight_metadata
 from tsproxy.service.core import (
     bounded_gather,
     buffer_head,
     chain,
-    encode_meta_value,
     quietly,
 )
+from tsproxy.service.deferred import RecordOps, holding
 from tsproxy.service.namespace import Location
+from tsproxy.service.pending import PendingUpload
 from tsproxy.service.records import (
     MAX_UPLOAD_ID,
     PartRecord,
@@ -45,13 +52,15 @@ from tsproxy.service.records import (
     UploadState,
     backend_upload_of,
     straight_upload_id,
+    ticket_of,
+    upload_name,
     upload_token,
+    valid_upload_id,
 )
-from tsproxy.store.base import MultipartCapable, ObjectInfo, list_everything, multipart_etag, multipart_of
+from tsproxy.store.base import MultipartCapable, multipart_etag, multipart_of
 
-# A part record's head (JSON line and segment) is read with this many bytes, which holds it whole unless
-# the segment has a great many chunks; a part kept in the record after it is left for a ranged read.
-RECORD_HEAD_READ = 64 * 1024
+log = logging.getLogger("tsproxy.service")
+
 # How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
 # (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
 # records older than that.
@@ -89,7 +98,7 @@ class CompletedUpload:
         return key == self.key and tuple(parts) == self.parts and now - self.completed < COMPLETED_UPLOAD_TTL
 
 
-class UploadOps(CompletionOps):
+class UploadOps(RecordOps):
     """Create, fill, list, complete and abort multipart uploads."""
 
     # -- multipart uploads -----------------------------------------------------------------------
@@ -109,13 +118,24 @@ class UploadOps(CompletionOps):
         ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
         token = secrets.token_urlsafe(24)
         upload_id, backend_upload = token, None
+        now = datetime.now(UTC)
+        initiated = now.replace(microsecond=now.microsecond // 1000 * 1000)  # as a ticket keeps it
         if straight:
             # Parts go straight into this upload; until it completes nothing is visible at the key.
             dst = self.ns.object(bucket, key)
             backend_upload = await multipart_of(self.backend).create_multipart(
-                dst.bucket, dst.key, metadata=straight_metadata(token), content_type=content_type
+                dst.bucket,
+                dst.key,
+                metadata=straight_metadata(token, self.settings.format_version),
+                content_type=content_type,
             )
             upload_id = straight_upload_id(token, backend_upload)
+            if tickets.ticketable(content_type, metadata, headers):
+                ticket = tickets.UploadTicket(ctx.to_state(), self.settings, content_type, initiated)
+                sealed = await self._cpu("store", tickets.seal, ticket, ctx, bucket, key, upload_id)
+                with_ticket = straight_upload_id(token, backend_upload, sealed)
+                if len(with_ticket) <= MAX_UPLOAD_ID:  # else (a large wrapped DEK) a state object
+                    upload_id = with_ticket
         state = UploadState(
             upload_id,
             key,
@@ -124,35 +144,31 @@ class UploadOps(CompletionOps):
             content_type,
             dict(metadata),
             dict(headers),
-            datetime.now(UTC),
+            initiated,
             backend_upload,
         )
-        loc = self._upload_loc(bucket, upload_id, "state")
-        try:
-            await self.backend.put(
-                loc.bucket, loc.key, state.to_bytes(), metadata={"tsproxy-key": encode_meta_value(key)}
-            )
-        except BaseException:
-            await quietly(self._abort_backend_upload(bucket, state))
-            raise
-        self._uploads.put(upload_id, state)
+        # A ticket stands for the state object, which is written when the upload goes quiet (listings of
+        # other instances show the upload from then on), or now with eager records.
+        write_state = ticket_of(upload_id) is None or not self.defers_records
+        if write_state:
+            try:
+                await self._put_state(bucket, state)
+            except BaseException:
+                await quietly(self._abort_backend_upload(bucket, state))
+                raise
+        self._uploads.put((bucket, upload_id), state)
+        if backend_upload is not None:
+            self._entry(bucket, state, state_stored=write_state)
         return upload_id
 
-    async def _upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
-        state = self._uploads.get(upload_id)
-        if state is None:
-            if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
-                raise errors.NoSuchUpload(UploadId=upload_id)
-            loc = self._upload_loc(bucket, upload_id, "state")
-            try:
-                _, data = await self.backend.get_bytes(loc.bucket, loc.key)
-            except errors.NoSuchKey:
-                raise errors.NoSuchUpload(UploadId=upload_id) from None
-            state = UploadState.from_bytes(data)
-            self._uploads.put(upload_id, state)
-        if key is not None and state.key != key:
-            raise errors.NoSuchUpload(UploadId=upload_id)
-        return state
+    def _entry(self, bucket: str, state: UploadState, *, state_stored: bool) -> PendingUpload:
+        """This instance's entry of a straight upload (service.pending), made when first met."""
+        entry = self.pending.get(bucket, upload_name(state.upload_id))
+        if entry is None or entry.closed:
+            entry = self.pending.open(bucket, state, state_written=state_stored)
+            if state_stored:
+                entry.written.add(self._upload_loc(bucket, state.upload_id, "state").key)
+        return entry
 
     async def upload_part(
         self,
@@ -171,9 +187,30 @@ class UploadOps(CompletionOps):
         """
         check_part_number(part_no)
         state = await self._upload_state(bucket, key, upload_id)
+        if state.backend_upload is None:
+            return await self._take_part(bucket, key, state, None, part_no, payload, content_md5)
+        entry = self._entry(bucket, state, state_stored=ticket_of(state.upload_id) is None)
+        entry.in_flight += 1  # the upload is busy: its records wait
+        entry.last_activity = time.monotonic()
+        try:
+            return await self._take_part(bucket, key, state, entry, part_no, payload, content_md5)
+        finally:
+            entry.in_flight -= 1
+            entry.last_activity = time.monotonic()
+
+    async def _take_part(
+        self,
+        bucket: str,
+        key: str,
+        state: UploadState,
+        entry: PendingUpload | None,
+        part_no: int,
+        payload: AsyncIterable[bytes | memoryview],
+        content_md5: bytes | None,
+    ) -> PartRecord:
         ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
         # A resent part goes to a fresh data object; the .info written after it switches over atomically.
-        data_loc = self._upload_loc(bucket, upload_id, f"{part_no:05d}-{secrets.token_hex(8)}")
+        data_loc = self._upload_loc(bucket, state.upload_id, f"{part_no:05d}-{secrets.token_hex(8)}")
         result: dict[str, SegmentInfo] = {}
 
         async def stored() -> AsyncIterator[bytes]:
@@ -192,16 +229,15 @@ class UploadOps(CompletionOps):
             head, rest = await buffer_head(stored(), self.part_size)
             backend = multipart_of(self.backend)
             if rest is None:
-                seg, modified = result["segment"], datetime.now(UTC)
+                seg, received = result["segment"], datetime.now(UTC)
+                fields = (part_no, seg.md5.hex(), seg.original_size, "", seg, received)
                 if len(head) >= backend.min_part_size and part_no < MAX_PARTS:
                     dst = self.ns.object(bucket, key)
                     etag = await backend.upload_part(dst.bucket, dst.key, state.backend_upload, part_no, head)
-                    record = PartRecord(part_no, seg.md5.hex(), seg.original_size, "", seg, modified, etag)
+                    record = PartRecord(*fields, etag, received=received)
                 elif len(head) < backend.min_part_size:
-                    # Too small to be a backend part but the last: kept in its record (one PUT).
-                    record = PartRecord(
-                        part_no, seg.md5.hex(), seg.original_size, "", seg, modified, None, head
-                    )
+                    # Too small to be a backend part but the last: kept in its record.
+                    record = PartRecord(*fields, None, head, received=received)
             if record is None:
                 body: bytes | AsyncIterator[bytes] = head if rest is None else chain(head, rest)
                 info = await self.backend.put(data_loc.bucket, data_loc.key, body)
@@ -210,59 +246,33 @@ class UploadOps(CompletionOps):
         if record is None:
             seg = result["segment"]
             record = PartRecord(
-                part_no, seg.md5.hex(), seg.original_size, data_loc.key, seg, info.last_modified
+                part_no,
+                seg.md5.hex(),
+                seg.original_size,
+                data_loc.key,
+                seg,
+                info.last_modified,
+                received=datetime.now(UTC),
             )
-        info_loc = self._upload_loc(bucket, upload_id, f"{part_no:05d}.info")
+            if entry is not None:
+                entry.written.add(data_loc.key)
+        if (
+            entry is not None
+            and not record.data_key
+            and self.defers_records
+            and self.pending.hold(entry, record)
+        ):
+            return record  # its record is written when the upload goes quiet
         try:
-            written = await self.backend.put(info_loc.bucket, info_loc.key, record.to_bytes())
+            return await self._write_now(bucket, entry, state, record)
         except BaseException:
             if record.data_key:
                 await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
-        record = dataclasses.replace(record, record_etag=written.etag)
-        self._part_records.put((info_loc.bucket, info_loc.key), (written.etag, record_alone(record)))
-        if record.inline is not None:
-            self._inline_parts.put((info_loc.bucket, info_loc.key), record.inline)
-        return record
 
     async def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[UploadState, list[PartRecord]]:
-        state, records, _ = await self._list_upload(bucket, key, upload_id)
+        state, records, _ = await self._gather(bucket, key, upload_id, None)
         return state, records
-
-    async def _list_upload(
-        self, bucket: str, key: str, upload_id: str
-    ) -> tuple[UploadState, list[PartRecord], list[str]]:
-        """The upload's state, its parts' records (by part number) and every key it holds."""
-        state = await self._upload_state(bucket, key, upload_id)
-        prefix = self._upload_loc(bucket, upload_id)
-        listed = await list_everything(self.backend, prefix.bucket, prefix.key)
-
-        async def load(o: ObjectInfo) -> PartRecord:
-            where = (prefix.bucket, o.key)
-            known = self._part_records.get(where)
-            if known is not None and known[0] == o.etag:
-                # Written by this instance and unchanged: a part it keeps comes from memory if still
-                # there, else by a ranged read when it is needed.
-                inline = self._inline_parts.get(where) if known[1].kept_inline else None
-                return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
-            # The record's head only: a part kept inside it is read (by range) when it is needed, so a
-            # completion of many small parts does not hold them all at once.
-            record: PartRecord | None = None
-            try:
-                info, data = await self.backend.get_bytes(
-                    prefix.bucket, o.key, 0, min(o.size, RECORD_HEAD_READ) - 1, if_match=o.etag
-                )
-                record = PartRecord.from_head(data, o.size, o.last_modified, info.etag)
-            except errors.PreconditionFailed:
-                pass  # the part was sent again since the listing: read the record there now
-            if record is None:  # (or a head longer than the first read)
-                info, data = await self.backend.get_bytes(prefix.bucket, o.key)
-                whole = PartRecord.from_bytes(data, o.last_modified, info.etag)
-                record = dataclasses.replace(whole, inline=None)
-            return record
-
-        records = await bounded_gather(16, [o for o in listed if o.key.endswith(".info")], load)
-        return state, sorted(records, key=lambda r: r.part_no), [o.key for o in listed]
 
     def _completed_loc(self, bucket: str, upload_id: str = "") -> Location:
         return self.ns.internal(bucket, f"mpu-done/{upload_id}")
@@ -276,26 +286,54 @@ class UploadOps(CompletionOps):
         """
         if not parts:
             raise errors.MalformedXML()
-        known = self._known_upload(bucket, key, upload_id, parts)
-        if known is not None:
-            try:
-                return await self._complete_from(bucket, key, upload_id, parts, *known)
-            except errors.InvalidPart:
-                pass  # a part was sent again through another instance meanwhile: read what is stored
+        entry = self.pending.get(bucket, upload_name(upload_id)) if valid_upload_id(upload_id) else None
+        if entry is not None:
+            async with entry.lock:  # a flush of the upload's records in flight ends first; no other starts
+                entry.completing += 1
         try:
-            state, records, keys = await self._list_upload(bucket, key, upload_id)
+            return await self._complete(bucket, key, upload_id, parts, entry)
         except errors.NoSuchUpload:
             done = await self._completed_upload(bucket, key, upload_id, parts)
             if done is not None and done.answers(key, parts, datetime.now(UTC)):
                 return done
             raise
+        finally:
+            if entry is not None:
+                entry.completing -= 1
+
+    async def _complete(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        entry: PendingUpload | None,
+    ) -> CompletedUpload:
+        state = await self._upload_state(bucket, key, upload_id)
+        if entry is not None and entry.closed:
+            entry = None
+        known = self._known_upload(bucket, state, entry, parts)
+        if known is not None:
+            try:
+                return await self._complete_from(bucket, key, upload_id, parts, state, *known)
+            except errors.InvalidPart:
+                pass  # a part was sent again through another instance meanwhile: read what is stored
+        if entry is not None:
+            # What this instance holds is written first: a completion by copying reads it from there.
+            async with entry.lock:
+                await self._write_held(entry)
+        state, records, keys = await self._gather(bucket, key, upload_id, parts)
         return await self._complete_from(bucket, key, upload_id, parts, state, records, keys)
 
     def _known_upload(
-        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
-    ) -> tuple[UploadState, list[PartRecord], list[str]] | None:
-        """The state, the named parts' records and the keys of a straight upload whose named parts this
-        instance received (as the Complete names them, and at least one sent straight), or None.
+        self,
+        bucket: str,
+        state: UploadState,
+        entry: PendingUpload | None,
+        parts: Sequence[tuple[int, str]],
+    ) -> tuple[list[PartRecord], list[str]] | None:
+        """The records this instance holds of a straight upload and the keys it knows the upload has in
+        the backend, when it holds a record of every named part (as the Complete names it); else None.
 
         Such a completion needs no listing: should another instance have received one of the parts again
         meanwhile, the backend upload no longer holds the part its record names and the backend's
@@ -303,24 +341,21 @@ class UploadOps(CompletionOps):
         upload that this instance did not write (parts sent through another, or left out) are left to
         the janitor.
         """
-        state = self._uploads.get(upload_id)
-        if state is None or state.key != key or state.backend_upload is None:
+        if entry is None or state.backend_upload is None:
             return None
-        records: list[PartRecord] = []
-        keys = [self._upload_loc(bucket, upload_id, "state").key]
+        records = dict(entry.parts)
         for no, etag in parts:
-            loc = self._upload_loc(bucket, upload_id, f"{no:05d}.info")
-            known = self._part_records.get((loc.bucket, loc.key))
-            if known is None or known[1].etag != etag.strip('"'):
+            record = records.get(no)
+            if record is None or record.etag != etag.strip('"'):
                 return None
-            record = known[1]
-            if record.kept_inline:  # its bytes from memory when still there, else read by range
-                record = dataclasses.replace(record, inline=self._inline_parts.get((loc.bucket, loc.key)))
-            records.append(record)
-            keys += [loc.key, record.data_key] if record.data_key else [loc.key]
-        if not self._in_place(state, records):
-            return None  # completed by copying: that needs to know the parts are still there
-        return state, records, keys
+            if record.kept_inline and record.inline is None:  # written: its bytes from memory or by range
+                info = self._upload_loc(bucket, state.upload_id, f"{no:05d}.info")
+                records[no] = dataclasses.replace(
+                    record, inline=self._inline_parts.get((info.bucket, info.key))
+                )
+        if not self._in_place(state, [records[no] for no, _ in parts]):
+            return None  # completed by copying: that needs the parts stored
+        return list(records.values()), sorted(entry.written)
 
     async def _complete_from(
         self,
@@ -398,7 +433,7 @@ class UploadOps(CompletionOps):
         """What a Complete of the upload answered, if it succeeded: for a straight upload, the object at
         `key` when that object names the upload and has the ETag these parts make; for another, the
         completed-upload record."""
-        if not upload_id or "/" in upload_id or len(upload_id) > MAX_UPLOAD_ID:
+        if not valid_upload_id(upload_id):
             return None
         if backend_upload_of(upload_id) is not None:
             try:
@@ -409,6 +444,8 @@ class UploadOps(CompletionOps):
             if obj is not None and obj.backend_metadata.get(META_UPLOAD) == upload_token(upload_id):
                 if obj.etag == etag:
                     return CompletedUpload(key, etag, tuple(parts), obj.last_modified)
+            if ticket_of(upload_id) is not None:
+                return None  # a ticketed upload never wrote a completed-upload record
         loc = self._completed_loc(bucket, upload_id)
         try:
             _, data = await self.backend.get_bytes(loc.bucket, loc.key)
@@ -440,16 +477,34 @@ class UploadOps(CompletionOps):
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         state = await self._upload_state(bucket, key, upload_id)
-        await self._drop_upload(bucket, upload_id)
-        await quietly(self._abort_backend_upload(bucket, state))
+        entry = self.pending.get(bucket, upload_name(upload_id))
+        async with holding(entry):
+            gone = False
+            if ticket_of(upload_id) is not None:
+                # A ticketed upload is there as long as its backend upload is (some stores abort an
+                # unknown upload without a word).
+                try:
+                    await self._backend_parts(bucket, state)
+                except errors.NoSuchUpload:
+                    gone = True
+            await self._drop_upload(bucket, upload_id)
+            if not gone:
+                await quietly(self._abort_backend_upload(bucket, state))
+        if gone:
+            raise errors.NoSuchUpload(UploadId=upload_id)
 
     async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
-        """Delete the upload's objects: `keys` when the caller has just listed them, else as listed now
-        (a part that arrives after that listing is left to the janitor)."""
-        self._uploads.pop(upload_id)
+        """Forget the upload and delete its objects: `keys` when the caller knows them (a part that
+        arrives after its listing is left to the janitor), else as listed now."""
+        name = upload_name(upload_id)
+        self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
+        entry = self.pending.get(bucket, name)
+        if entry is not None:
+            self.pending.close(entry)
         prefix = self._upload_loc(bucket, upload_id)
         if keys is not None:
-            await self.backend.delete_many(prefix.bucket, keys)  # batched by the store as it can take
+            if keys:
+                await self.backend.delete_many(prefix.bucket, keys)  # batched by the store as it can take
             return
         while True:
             page = await self.backend.list(prefix.bucket, prefix=prefix.key, max_keys=MAX_LIST_KEYS)
@@ -460,30 +515,30 @@ class UploadOps(CompletionOps):
                 break
 
     async def list_uploads(self, bucket: str, prefix: str = "") -> list[UploadState]:
+        """The uploads stored in the bucket (by their state objects) and those this instance holds whose
+        state is not written yet."""
         await self.head_bucket(bucket)
         root = self._upload_loc(bucket, "").key.rstrip("/") + "/"
         loc_bucket = self.ns.root(bucket).bucket
-        ids: list[str] = []
+        names: list[str] = []
         token: str | None = None
         while True:
             page = await self.backend.list(
                 loc_bucket, prefix=root, delimiter="/", token=token, max_keys=MAX_LIST_KEYS
             )
-            ids += [p[len(root) :].rstrip("/") for p in page.common_prefixes]
+            names += [p[len(root) :].rstrip("/") for p in page.common_prefixes]
             if not page.is_truncated:
                 break
             token = page.next_token
 
-        async def load(upload_id: str) -> UploadState | None:
+        async def load(name: str) -> UploadState | None:
             try:
-                return await self._upload_state(bucket, None, upload_id)
+                return await self._upload_state(bucket, None, name)
             except errors.NoSuchUpload:
                 return None
 
-        states = [s for s in await bounded_gather(16, ids, load) if s is not None]
+        states = [s for s in await bounded_gather(16, names, load) if s is not None]
+        stored = {upload_name(s.upload_id) for s in states}
+        held = [e for e in self.pending if e.bucket == bucket and not e.closed and not e.state_written]
+        states += [e.state for e in held if e.name not in stored]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
-
-
-def record_alone(record: PartRecord) -> PartRecord:
-    """A part record without the stored bytes it may keep (what the record cache holds)."""
-    return dataclasses.replace(record, inline=None) if record.inline is not None else record

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,6 +106,9 @@ class PartRecord:
     # The backend ETag of the `.info` object this record was read from or written as (not stored): a
     # copy of inline bytes from there is pinned to it.
     record_etag: str | None = field(default=None, compare=False, repr=False)
+    # When the instance that took the part received it (its clock): of two records of one part number
+    # written by different instances, the newer one is the part (records written before had none).
+    received: datetime | None = None
 
     @property
     def kept_inline(self) -> bool:
@@ -119,6 +123,8 @@ class PartRecord:
         }
         if self.backend_etag is not None:
             fields["backend_etag"] = self.backend_etag
+        if self.received is not None:
+            fields["received"] = self.received.isoformat()
         if inline is not None:
             fields["inline"] = inline
         return json.dumps(fields).encode() + b"\n" + self.segment.to_bytes()
@@ -159,6 +165,7 @@ class PartRecord:
             fields.get("backend_etag"),
             None,
             record_etag,
+            _received(fields),
         )
 
     @classmethod
@@ -181,36 +188,82 @@ class PartRecord:
             fields.get("backend_etag"),
             inline,
             record_etag,
+            _received(fields),
         )
+
+    @property
+    def newness(self) -> datetime:
+        """When the part arrived, as well as it is known: its receipt, else its record's write."""
+        return self.received if self.received is not None else self.last_modified
+
+
+def _received(fields: Mapping[str, object]) -> datetime | None:
+    value = fields.get("received")
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 # A client upload id is a random token; one whose parts go straight into a backend multipart upload
 # carries that upload's id after it (`<token>.<backend upload id, base64url without padding>`), so a bare
-# listing of the reserved namespace tells which backend upload belongs to which client upload.
-_STRAIGHT_SEPARATOR = "."
+# listing of the reserved namespace tells which backend upload belongs to which client upload. An upload
+# that needs no state object adds its ticket (service.tickets) after another dot: base64url has no dot,
+# so the pieces split unambiguously. The upload's objects live below its *name*, the id less the ticket
+# (a key has at most 1024 bytes; the name stays short whatever the ticket holds).
+_SEPARATOR = "."
+_UPLOAD_ID = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+){0,2}")
 MAX_UPLOAD_ID = 1024
 
 
-def straight_upload_id(token: str, backend_upload: str) -> str:
-    """The client upload id of an upload whose parts go straight into `backend_upload`."""
-    encoded = base64.urlsafe_b64encode(backend_upload.encode()).decode().rstrip("=")
-    return f"{token}{_STRAIGHT_SEPARATOR}{encoded}"
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return None
+
+
+def straight_upload_id(token: str, backend_upload: str, ticket: bytes | None = None) -> str:
+    """The client upload id of an upload whose parts go straight into `backend_upload` (with its ticket,
+    when it has one)."""
+    name = f"{token}{_SEPARATOR}{_b64(backend_upload.encode())}"
+    return name if ticket is None else f"{name}{_SEPARATOR}{_b64(ticket)}"
+
+
+def valid_upload_id(upload_id: str) -> bool:
+    """Whether `upload_id` has one of the forms tsproxy hands out (anything else names no upload)."""
+    return len(upload_id) <= MAX_UPLOAD_ID and _UPLOAD_ID.fullmatch(upload_id) is not None
 
 
 def upload_token(upload_id: str) -> str:
     """The random token a client upload id begins with."""
-    return upload_id.partition(_STRAIGHT_SEPARATOR)[0]
+    return upload_id.partition(_SEPARATOR)[0]
+
+
+def upload_name(upload_id: str) -> str:
+    """Where the upload's objects live (`.tsproxy/mpu/<name>/`): the id without its ticket."""
+    token, _, rest = upload_id.partition(_SEPARATOR)
+    backend = rest.partition(_SEPARATOR)[0]
+    return f"{token}{_SEPARATOR}{backend}" if backend else token
 
 
 def backend_upload_of(upload_id: str) -> str | None:
-    """The backend upload a client upload id names (see straight_upload_id), or None."""
-    _, sep, encoded = upload_id.partition(_STRAIGHT_SEPARATOR)
-    if not sep or not encoded:
+    """The backend upload a client upload id (or an upload's name) names, or None."""
+    encoded = upload_id.split(_SEPARATOR)[1] if _SEPARATOR in upload_id else ""
+    decoded = _unb64(encoded) if encoded else None
+    if decoded is None:
         return None
     try:
-        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
+        return decoded.decode()
+    except UnicodeDecodeError:
         return None
+
+
+def ticket_of(upload_id: str) -> bytes | None:
+    """The ticket bytes a client upload id carries, or None (then the upload has a state object)."""
+    pieces = upload_id.split(_SEPARATOR)
+    return _unb64(pieces[2]) if len(pieces) == 3 and pieces[2] else None
 
 
 @dataclass(frozen=True)
@@ -235,7 +288,10 @@ class UploadState:
             "upload_id": self.upload_id,
             "key": self.key,
             "ctx": base64.b64encode(self.ctx_state).decode(),
-            "settings": [s.chunk_size, s.compression, s.level, s.encryption],
+            # The stored format version rides last, and only when it is not 1 (states written by
+            # releases before format 2 have four settings, and are read as version 1).
+            "settings": [s.chunk_size, s.compression, s.level, s.encryption]
+            + ([s.format_version] if s.format_version != 1 else []),
             "content_type": self.content_type,
             "metadata": self.metadata,
             "headers": self.headers,
@@ -248,13 +304,17 @@ class UploadState:
     @classmethod
     def from_bytes(cls, data: bytes) -> UploadState:
         f = json.loads(data)
-        chunk_size, compression, level, encryption = f["settings"]
+        chunk_size, compression, level, encryption, *rest = f["settings"]
         return cls(
             f["upload_id"],
             f["key"],
             base64.b64decode(f["ctx"]),
             TransformSettings(
-                chunk_size=chunk_size, compression=compression, level=level, encryption=encryption
+                chunk_size=chunk_size,
+                compression=compression,
+                level=level,
+                encryption=encryption,
+                format_version=int(rest[0]) if rest else 1,
             ),
             f["content_type"],
             f["metadata"],

@@ -227,12 +227,27 @@ class MultipartCapable(Protocol):
         ...
 
     async def complete_multipart(
-        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
-    ) -> ObjectInfo: ...
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        *,
+        size: int | None = None,
+    ) -> ObjectInfo:
+        """Complete the upload from `parts`. A caller that knows the object's `size` gets it back with
+        the ETag the store answered and the time as it is here, spared a HEAD where the answer has no
+        size."""
+        ...
 
     async def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None: ...
 
     async def list_multipart_uploads(self, bucket: str, prefix: str = "") -> Uploads: ...
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str) -> list[tuple[int, str]]:
+        """The (part number, ETag) of every part the upload holds (NoSuchUpload once it is completed or
+        aborted). A store that keeps each upload of a part number (SeaweedFS) lists it once for each."""
+        ...
 
 
 @runtime_checkable

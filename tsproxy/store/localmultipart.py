@@ -39,6 +39,7 @@ from tsproxy.store.localtree import LocalTree
 UPLOADS = ".uploads"
 UPLOAD_FILE = "upload.json"
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
+_PART_NAME = re.compile(r"part-[0-9]{5}")
 
 
 class LocalMultipart(LocalTree):
@@ -175,7 +176,13 @@ class LocalMultipart(LocalTree):
             return await self._run(copy, key=key)
 
     async def complete_multipart(
-        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        *,
+        size: int | None = None,  # the written file says it anyway
     ) -> ObjectInfo:
         upload_dir = self._upload_dir(bucket, key, upload_id)
         bucket_dir = self._bucket_dir(bucket)
@@ -273,4 +280,31 @@ class LocalMultipart(LocalTree):
             return sorted(out, key=lambda u: (u.key, u.initiated, u.upload_id))
 
         async with self._call("ListMultipartUploads"):
+            return await self._run(scan)
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str) -> list[tuple[int, str]]:
+        upload_dir = self._upload_dir(bucket, key, upload_id)
+
+        def scan() -> list[tuple[int, str]]:
+            self._upload_record(upload_dir, key, upload_id)
+            parts = []
+            try:
+                names = sorted(os.listdir(upload_dir))
+            except FileNotFoundError:
+                raise errors.NoSuchUpload(UploadId=upload_id) from None
+            for name in names:
+                if not _PART_NAME.fullmatch(name):
+                    continue
+                try:
+                    fd = os.open(upload_dir / name, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue  # completed or aborted meanwhile
+                try:
+                    trailer, _ = read_trailer(fd)
+                finally:
+                    os.close(fd)
+                parts.append((int(name[len("part-") :]), str(trailer["etag"])))
+            return parts
+
+        async with self._call("ListParts"):
             return await self._run(scan)

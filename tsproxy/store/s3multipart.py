@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from tsproxy import errors
@@ -142,7 +143,13 @@ class S3Multipart(S3Client):
         return unquote_etag(response["CopyPartResult"]["ETag"])
 
     async def complete_multipart(
-        self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        *,
+        size: int | None = None,
     ) -> ObjectInfo:
         check_part_list(parts)
         try:
@@ -152,15 +159,17 @@ class S3Multipart(S3Client):
             # does not check them here, so neither do we. Only the lost-answer recovery below needs it.
             expected = None
         listing = [{"PartNumber": n, "ETag": quote_etag(etag)} for n, etag in parts]
+        etag: str | None = None
         with self._call("CompleteMultipartUpload") as call:
             attempt = 0
             while True:
                 attempt += 1
                 await call.admit()
                 try:
-                    await self.client.complete_multipart_upload(
+                    response = await self.client.complete_multipart_upload(
                         Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listing}
                     )
+                    etag = response.get("ETag")
                     break
                 except Exception as e:
                     # A retry after an answer that got lost finds the upload gone: if the object is
@@ -175,6 +184,9 @@ class S3Multipart(S3Client):
                         ) from e
                 call.retries += 1
                 await asyncio.sleep(self.backoff.delay(attempt))
+        if size is not None and etag:
+            # The caller knows the size: the ETag is in the answer, and the date is about now.
+            return ObjectInfo(key, size, unquote_etag(etag), datetime.now(UTC))
         # The answer has neither size nor date; one HEAD has both.
         return await self.head(bucket, key)
 
@@ -201,6 +213,20 @@ class S3Multipart(S3Client):
             if not params["KeyMarker"] and not params["UploadIdMarker"]:
                 break
         return sorted(uploads, key=lambda u: (u.key, u.initiated, u.upload_id))
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str) -> list[tuple[int, str]]:
+        parts: list[tuple[int, str]] = []
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        while True:
+            response = await self._request(
+                "ListParts", "list_parts", fields={"UploadId": upload_id}, not_found=errors.NoSuchUpload,
+                **params,
+            )  # fmt: skip
+            parts += [(int(p["PartNumber"]), unquote_etag(p["ETag"])) for p in response.get("Parts", [])]
+            marker = response.get("NextPartNumberMarker")
+            if not response.get("IsTruncated") or not marker:
+                return parts
+            params["PartNumberMarker"] = marker
 
     # -- uploads the object path starts for itself
 
