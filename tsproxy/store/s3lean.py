@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -45,18 +45,26 @@ Credentials = tuple[str, str, str | None]  # access key, secret key, session tok
 CredentialSource = Callable[[], Awaitable[Credentials]]
 
 
-def canonical_request(
-    method: str, path: str, headers: Mapping[str, str], payload_hash: str
-) -> tuple[str, str]:
-    """SigV4's canonical request of a request without a query, and its signed-headers list.
+def canonical_query(params: Mapping[str, str]) -> str:
+    """SigV4's canonical query string (also the query to send): names and values URI-encoded, sorted."""
+    pairs = sorted(
+        (uri_encode(k, keep_slash=False), uri_encode(v, keep_slash=False)) for k, v in params.items()
+    )
+    return "&".join(f"{k}={v}" for k, v in pairs)
 
-    `path` is the URI-encoded path as sent; `headers` are the headers to sign (host included), by any
-    case; values are trimmed as SigV4 requires.
+
+def canonical_request(
+    method: str, path: str, headers: Mapping[str, str], payload_hash: str, query: str = ""
+) -> tuple[str, str]:
+    """SigV4's canonical request, and its signed-headers list.
+
+    `path` is the URI-encoded path as sent, `query` the canonical query string (canonical_query);
+    `headers` are the headers to sign (host included), by any case; values are trimmed as SigV4 requires.
     """
     signed = sorted((name.lower(), " ".join(value.split())) for name, value in headers.items())
     names = ";".join(name for name, _ in signed)
     lines = "".join(f"{name}:{value}\n" for name, value in signed)
-    return f"{method}\n{path}\n\n{lines}\n{names}\n{payload_hash}", names
+    return f"{method}\n{path}\n{query}\n{lines}\n{names}\n{payload_hash}", names
 
 
 def authorization(
@@ -70,9 +78,10 @@ def authorization(
     amz_date: str,
     payload_hash: str = UNSIGNED_PAYLOAD,
     service: str = "s3",
+    query: str = "",
 ) -> str:
     """The Authorization header of a SigV4-signed request (header form)."""
-    canonical, names = canonical_request(method, path, headers, payload_hash)
+    canonical, names = canonical_request(method, path, headers, payload_hash, query)
     scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
     digest = hashlib.sha256(canonical.encode("utf-8", "surrogateescape")).hexdigest()
     string_to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{digest}"
@@ -204,11 +213,69 @@ class LeanGets:
         response = await self._session.get(url, headers=headers, allow_redirects=False)
         try:
             if response.status not in (200, 206):
-                raise await _client_error(response)
+                raise await _client_error(response, "GetObject")
             return _answer(response)
         except BaseException:
             response.close()
             raise
+
+    async def upload_part(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        size: int,
+        body: AsyncIterable[bytes | memoryview],
+    ) -> str:
+        """One UploadPart whose body is sent as it is produced (Content-Length `size`, unsigned payload):
+        the part's ETag as the store answers it. A body that ends short or long, or fails, cuts the
+        request off before it is whole, so the store keeps nothing of it.
+
+        There is no Content-MD5 (the bytes are not all known when the request starts): the caller checks
+        the ETag the store answers against the MD5 of what it sent (S3ETagCheck).
+        """
+        if self._session is None:
+            raise RuntimeError("LeanGets used before start()")
+        host, path = self._target(bucket, key)
+        query = canonical_query({"partNumber": str(part_no), "uploadId": upload_id})
+        access_key, secret_key, token = await self._credentials()
+        amz_date = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        headers = {
+            "host": host,
+            "x-amz-content-sha256": UNSIGNED_PAYLOAD,
+            "x-amz-date": amz_date,
+            "content-length": str(size),
+        }
+        if token:
+            headers["x-amz-security-token"] = token
+        headers["authorization"] = authorization(
+            "PUT",
+            path,
+            headers,
+            access_key=access_key,
+            secret_key=secret_key,
+            region=self._region,
+            amz_date=amz_date,
+            query=query,
+        )
+
+        async def exactly() -> AsyncIterator[bytes | memoryview]:
+            sent = 0
+            async for piece in body:
+                sent += len(piece)
+                if sent > size:
+                    raise ValueError(f"part body longer than its {size} bytes")
+                yield piece
+            if sent != size:
+                raise ValueError(f"part body ended at {sent} of its {size} bytes")
+
+        url = URL(f"{self._scheme}://{host}{path}?{query}", encoded=True)
+        async with self._session.put(url, headers=headers, data=exactly(), allow_redirects=False) as response:
+            if response.status != 200:
+                raise await _client_error(response, "UploadPart")
+            await response.read()
+            return response.headers.get("ETag", "")
 
 
 def _answer(response: aiohttp.ClientResponse) -> dict[str, Any]:
@@ -232,7 +299,7 @@ def _answer(response: aiohttp.ClientResponse) -> dict[str, Any]:
     return answer
 
 
-async def _client_error(response: aiohttp.ClientResponse) -> botocore.exceptions.ClientError:
+async def _client_error(response: aiohttp.ClientResponse, operation: str) -> botocore.exceptions.ClientError:
     """The ClientError botocore raises for an error answer: its code (or the bare status), message."""
     body = b""
     if response.request_info.method != "HEAD":
@@ -243,4 +310,4 @@ async def _client_error(response: aiohttp.ClientResponse) -> botocore.exceptions
     code, message = _error_fields(body) if body else (None, None)
     error: dict[str, Any] = {"Code": code or str(response.status), "Message": message or ""}
     parsed = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": response.status}}
-    return botocore.exceptions.ClientError(parsed, "GetObject")
+    return botocore.exceptions.ClientError(parsed, operation)
