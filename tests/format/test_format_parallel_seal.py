@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from tsproxy.format import (
     MIN_CHUNK_SIZE,
+    ChunkCut,
     KeyRing,
     ObjectContext,
     SegmentEncoder,
     SegmentInfo,
     TransformSettings,
 )
-from tsproxy.format.segment import ChunkCut
 
 SALT = b"01234567"
 transform_settings = st.builds(
