@@ -63,7 +63,7 @@ def staged(
     out = []
     for cut in cuts:
         out.append(futures[cut.chunk_no].result())
-        enc.record(cut, out[-1])
+        enc.record(cut.chunk_no, out[-1])
     return out, enc.conclude()
 
 
@@ -125,11 +125,11 @@ def test_staged_use_is_checked(ring: KeyRing) -> None:
     with pytest.raises(RuntimeError, match="conclude"):
         enc.conclude()
     with pytest.raises(RuntimeError, match="out of order"):
-        enc.record(cuts[1], enc.seal(cuts[1]))
+        enc.record(1, enc.seal(cuts[1]))
     with pytest.raises(RuntimeError, match="ended"):
         enc.cut(b"more")
     for cut in cuts:
-        enc.record(cut, enc.seal(cut))
+        enc.record(cut.chunk_no, enc.seal(cut))
     assert enc.conclude().original_size == 3 * MIN_CHUNK_SIZE
     mixed = SegmentEncoder(ctx, cfg)
     mixed.feed(b"x")
@@ -155,7 +155,7 @@ def test_one_zstd_context_per_concurrent_sealing(ring: KeyRing) -> None:
     codecs = enc._chain._codecs
     assert 1 <= len(codecs) <= 4 and len({id(c) for c in codecs}) == len(codecs)
     for cut, out in zip(cuts, stored, strict=True):
-        enc.record(cut, out)
+        enc.record(cut.chunk_no, out)
     info = enc.conclude()
     assert info.stored_sizes == tuple(len(s) for s in stored) and all(
         s < MIN_CHUNK_SIZE for s in info.stored_sizes

@@ -265,10 +265,11 @@ class SegmentEncoder:
         """The stored bytes of a cut chunk. Safe on several threads at once, for chunks in any order."""
         return self._chain.seal(cut.data, cut.chunk_no, cut.last)
 
-    def record(self, cut: ChunkCut, stored: bytes) -> None:
-        """Note a sealed chunk; chunks are recorded in order (and fed to stored_md5 here)."""
-        if cut.chunk_no != len(self._sizes):
-            raise RuntimeError(f"chunk {cut.chunk_no} recorded out of order (next is {len(self._sizes)})")
+    def record(self, chunk_no: int, stored: bytes) -> None:
+        """Note a sealed chunk (by its cut's chunk_no); chunks are recorded in order (and fed to stored_md5
+        here). Only the number: a record waiting to be made holds no view of the original bytes."""
+        if chunk_no != len(self._sizes):
+            raise RuntimeError(f"chunk {chunk_no} recorded out of order (next is {len(self._sizes)})")
         self._sizes.append(len(stored))
         if self._stored_md5 is not None:
             self._stored_md5.update(stored)
@@ -374,5 +375,5 @@ class SegmentEncoder:
 
     def _seal_and_record(self, cut: ChunkCut) -> bytes:
         stored = self.seal(cut)
-        self.record(cut, stored)
+        self.record(cut.chunk_no, stored)
         return stored

@@ -43,6 +43,9 @@ from tsproxy.store.base import ObjectInfo, multipart_of
 # small node busy with one upload (the lane takes its turns beside them). Each holds its chunk's batch
 # until it is sealed, so a request holds at most this many batches beyond those waiting (BATCHES_AHEAD).
 SEALS_AHEAD = 2
+# Functions waiting in the lane (MD5 steps hold their batch, records their stored chunk): enough that
+# sealing seldom waits for it, few enough that it holds a couple of batches at most.
+LANE_AHEAD = 4
 
 
 class WriteOps(ReadOps):
@@ -90,7 +93,7 @@ class WriteOps(ReadOps):
             stored_md5=hashlib.md5(usedforsecurity=False) if stored_md5 is None else stored_md5,
         )
         batches = PayloadBatches(payload, batch_size(settings.chunk_size), BATCHES_AHEAD)
-        lane = Lane(functools.partial(self._cpu, "store"))
+        lane = Lane(functools.partial(self._cpu, "store"), LANE_AHEAD)
         sealing: deque[tuple[ChunkCut, asyncio.Future[bytes]]] = deque()
         original = stored = 0
 
@@ -101,13 +104,13 @@ class WriteOps(ReadOps):
             # The oldest chunk, in order; recorded down the lane behind everything before it.
             cut, future = sealing.popleft()
             chunk = await future
-            lane.submit(encoder.record, cut, chunk)
+            await lane.submit(encoder.record, cut.chunk_no, chunk)
             return chunk
 
         try:
             while (batch := await batches.next()) is not None:
                 original += len(batch)
-                lane.submit(md5.update, batch)
+                await lane.submit(md5.update, batch)
                 for cut in encoder.cut(batch):
                     while len(sealing) >= SEALS_AHEAD:
                         chunk = await sealed()
@@ -120,14 +123,14 @@ class WriteOps(ReadOps):
                     yield chunk
             for cut in encoder.cut_last():  # sealed while the lane finishes the payload's MD5
                 seal(cut)
-            digest = await lane.submit(md5.digest)
+            digest = await (await lane.submit(md5.digest))
             if expected_md5 is not None and digest != expected_md5:
                 raise errors.BadDigest()
             while sealing:
                 chunk = await sealed()
                 stored += len(chunk)
                 yield chunk
-            info = await lane.submit(encoder.conclude, digest)
+            info = await (await lane.submit(encoder.conclude, digest))
         finally:
             for _, future in sealing:
                 future.cancel()
