@@ -69,7 +69,7 @@ def pool() -> Iterator[ThreadPoolExecutor]:
 
 
 def service(backend: Backend, ring: KeyRing, pool: ThreadPoolExecutor, **settings: Any) -> ObjectService:
-    cfg = TransformSettings(chunk_size=CHUNK, **settings)
+    cfg = TransformSettings(**{"chunk_size": CHUNK, **settings})
     return ObjectService(backend, ring, cfg, ChunkReader(None, pool), pool)
 
 
@@ -126,6 +126,17 @@ async def test_upload_part_gives_the_backend_the_md5_of_the_part(
     assert record.segment.stored_md5 == parts[0][1]
     await svc.complete_upload(bucket, "mp", upload, [(1, record.etag)])
     assert decode_object(await stored_bytes(backend, bucket, "mp"), ring) == data
+
+
+async def test_chunks_larger_than_a_batch_are_gathered_from_several(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor
+) -> None:
+    recording = Recording(backend)
+    svc = service(recording, ring, pool, chunk_size=6 * MIB)  # batches are 4 MiB
+    data = mixed(15 * MIB + 3, 3)
+    await put(svc, bucket, "k", data)
+    [(_, body, md5)] = recording.sent
+    assert md5 == hashlib.md5(body).digest() and decode_object(body, ring) == data
 
 
 async def test_chunks_come_out_in_order_however_their_sealing_ends(

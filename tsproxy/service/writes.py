@@ -32,16 +32,18 @@ from tsproxy.service.core import (
 from tsproxy.service.lane import Lane
 from tsproxy.service.namespace import Location
 from tsproxy.service.reads import ReadOps
-from tsproxy.service.receive import BATCHES_AHEAD, PayloadBatches, batch_size
+from tsproxy.service.receive import BATCH_SIZE, BATCHES_AHEAD, PayloadBatches, batch_size
 from tsproxy.service.records import (
     ByteRange,
     StoredObject,
 )
 from tsproxy.store.base import ObjectInfo, multipart_of
 
-# Chunks of one segment sealed at once, on any of the CPU pool's threads: two keep both cores of a
-# small node busy with one upload (the lane takes its turns beside them). Each holds its chunk's batch
-# until it is sealed, so a request holds at most this many batches beyond those waiting (BATCHES_AHEAD).
+# Chunks of one segment sealed at once, on any of the CPU pool's threads, beside the lane. On two cores a
+# broker's one-part-at-a-time upload is CPU-bound (client, event loop, store and the two threads share
+# them) and gains nothing over one (alternating runs); a single 64 MiB PutObject gained ~5 %, and more
+# cores are there for the taking. Each holds its chunk's batch until it is sealed, so a request holds
+# at most this many batches beyond those waiting (BATCHES_AHEAD).
 SEALS_AHEAD = 2
 # Functions waiting in the lane (MD5 steps hold their batch, records their stored chunk): enough that
 # sealing seldom waits for it, few enough that it holds a couple of batches at most.
@@ -93,6 +95,9 @@ class WriteOps(ReadOps):
             stored_md5=hashlib.md5(usedforsecurity=False) if stored_md5 is None else stored_md5,
         )
         batches = PayloadBatches(payload, batch_size(settings.chunk_size), BATCHES_AHEAD)
+        # Batches of whole chunks are cut into views of them, on the loop; a chunk larger than a batch is
+        # gathered from several by a copy, which is the pool's work.
+        gathered = settings.chunk_size > BATCH_SIZE
         lane = Lane(functools.partial(self._cpu, "store"), LANE_AHEAD)
         sealing: deque[tuple[ChunkCut, asyncio.Future[bytes]]] = deque()
         original = stored = 0
@@ -111,7 +116,8 @@ class WriteOps(ReadOps):
             while (batch := await batches.next()) is not None:
                 original += len(batch)
                 await lane.submit(md5.update, batch)
-                for cut in encoder.cut(batch):
+                cuts = await self._cpu("store", encoder.cut, batch) if gathered else encoder.cut(batch)
+                for cut in cuts:
                     while len(sealing) >= SEALS_AHEAD:
                         chunk = await sealed()
                         stored += len(chunk)
