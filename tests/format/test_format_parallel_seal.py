@@ -99,8 +99,11 @@ def test_chunks_of_aligned_batches_are_views_of_them(ring: KeyRing) -> None:
     assert [c.chunk_no for c in cuts] == [0] and cuts[0].data.obj is first  # the second is held back
     cuts = enc.cut(second)
     assert [(c.chunk_no, c.last) for c in cuts] == [(1, False)] and cuts[0].data.obj is first
+    short = make_data("text", MIN_CHUNK_SIZE // 3, 3)  # the payload's end: a short last chunk, not copied
+    cuts = enc.cut(short)
+    assert [(c.chunk_no, c.last) for c in cuts] == [(2, False)] and cuts[0].data.obj is second
     last = enc.cut_last()
-    assert [(c.chunk_no, c.last) for c in last] == [(2, True)] and last[0].data.obj is second
+    assert [(c.chunk_no, c.last) for c in last] == [(3, True)] and last[0].data.obj is short
 
 
 def test_a_chunk_across_batches_keeps_a_buffer_of_its_own(ring: KeyRing) -> None:

@@ -191,6 +191,9 @@ class SegmentEncoder:
         # A whole chunk whose last-ness is not known yet, when it is not in the buffer (cut: a view of
         # a caller's batch, or a buffer handed over to it).
         self._held: memoryview | None = None
+        # (cut) The start of a chunk at the end of a batch, kept as a view of it: copied into the buffer
+        # only if the chunk goes on in the next batch, never if the input ends first.
+        self._start: memoryview | None = None
         self._size = 0
         self._cuts = 0
         self._ended = False
@@ -256,6 +259,9 @@ class SegmentEncoder:
         if self._held is not None:
             held, self._held = self._held, None
             return [self._cut(held, last=True)]
+        if self._start is not None:
+            start, self._start = self._start, None
+            return [self._cut(start, last=True)]
         if self._fill:
             rest, self._view, self._fill = self._view[: self._fill], memoryview(bytearray()), 0
             return [self._cut(rest, last=True)]
@@ -327,6 +333,9 @@ class SegmentEncoder:
         elif self._fill == size:  # (feed) held in the buffer
             emit(self._cut(self._view, last=False))
             self._fill = 0
+        if self._start is not None:  # the chunk begun in the last batch goes on in this one
+            start, self._start = self._start, None
+            self._append(start)
         pos = 0
         while pos < n:
             if self._fill == 0 and (n - pos > size or (keep and n - pos == size)):
@@ -338,11 +347,11 @@ class SegmentEncoder:
                 else:
                     self._held = chunk
                 continue
+            if keep and self._fill == 0:  # a chunk's start ends the batch
+                self._start = view[pos:]
+                return
             take = min(size - self._fill, n - pos)
-            if self._fill + take > len(self._view):
-                self._grow(self._fill + take)
-            self._view[self._fill : self._fill + take] = view[pos : pos + take]
-            self._fill += take
+            self._append(view[pos : pos + take])
             pos += take
             if self._fill < size:
                 continue
@@ -363,6 +372,12 @@ class SegmentEncoder:
         cut = ChunkCut(self._cuts, data, last)
         self._cuts += 1
         return cut
+
+    def _append(self, data: memoryview) -> None:
+        if self._fill + len(data) > len(self._view):
+            self._grow(self._fill + len(data))
+        self._view[self._fill : self._fill + len(data)] = data
+        self._fill += len(data)
 
     def _grow(self, needed: int) -> None:
         # A segment that filled one chunk is likely to fill the next: its buffer is a whole one at once.
