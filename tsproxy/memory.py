@@ -21,10 +21,11 @@ run each). `malloc_trim_threshold` (64 MiB) lets a heap keep that much; the faul
 
 Kept free memory counts once per heap, and glibc makes up to eight heaps a core for its threads (the
 event loop, the CPU pool, the cache's writers): with a 32 MiB trim threshold and glibc's heaps, a 1 GiB
-upload after the reads of `benchmarks/proxy.py` peaked at 350-370 MiB, against 319-324 before. With the
-threads sharing two heaps (`malloc_arenas`) it peaked at 307-311 MiB with a 64 MiB threshold (one run
-each; reads as fast as before in `benchmarks/fetch.py`). `0` leaves glibc's own for either (and its
-`MALLOC_TRIM_THRESHOLD_` and `MALLOC_ARENA_MAX` variables).
+upload after the reads of `benchmarks/proxy.py` peaked at 350-370 MiB, against 315-324 before. With the
+threads sharing two heaps (`malloc_arenas`) it peaked at 307-316 MiB with a 64 MiB threshold (four
+runs; reads as fast as before in `benchmarks/fetch.py`); the same upload with no reads before it peaked
+5-15 MiB above the base's (three alternating runs: what a heap keeps is most of that process's peak).
+`0` leaves glibc's own for either (and its `MALLOC_TRIM_THRESHOLD_` and `MALLOC_ARENA_MAX` variables).
 """
 
 from __future__ import annotations
