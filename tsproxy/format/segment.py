@@ -156,7 +156,8 @@ class SegmentEncoder:
     * in stages, to seal a segment's chunks on several threads at once: cut() the chunks in order (and
       cut_last() at the end), seal() each on any thread, record() the stored chunks in chunk order, and
       conclude(). cut() keeps views of the batches it is given instead of copying them: they must be
-      immutable (bytes). Only seal() may run concurrently with another call.
+      immutable (bytes). seal() may run on several threads at once beside any other call, and record()
+      beside cut() (they share nothing); otherwise one call at a time.
 
     A full chunk is held back until more data arrives or the input ends, because only then is it known
     whether it is the segment's last. Fed, memory is one chunk buffer plus the chunk being sealed; cut,
