@@ -1,4 +1,4 @@
-"""The allocator setting `tsproxy serve` makes at start (glibc only)."""
+"""The allocator settings `tsproxy serve` makes at start (glibc only)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import pytest
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_the_threshold_is_set_where_glibc_is() -> None:
-    code = "from tsproxy import memory; print(memory.fix_mmap_threshold(8 << 20))"
+def test_the_thresholds_are_set_where_glibc_is() -> None:
+    code = (
+        "from tsproxy import memory; print(memory.fix_mmap_threshold(8 << 20), "
+        "memory.fix_trim_threshold(64 << 20), memory.limit_arenas(2))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "True"
+    assert done.stdout.strip() == "True True True"

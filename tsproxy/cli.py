@@ -137,8 +137,13 @@ def _serve(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
-    if cfg.malloc_mmap_threshold:  # before any thread starts allocating (see tsproxy/memory.py)
+    # Before any thread starts allocating (see tsproxy/memory.py).
+    if cfg.malloc_mmap_threshold:
         memory.fix_mmap_threshold(cfg.malloc_mmap_threshold)
+    if cfg.malloc_trim_threshold:
+        memory.fix_trim_threshold(cfg.malloc_trim_threshold)
+    if cfg.malloc_arenas:
+        memory.limit_arenas(cfg.malloc_arenas)
     started: list[bool] = []
     _starting(lambda: asyncio.run(server.run(cfg, ready=lambda: started.append(True))), debug, started)
     return 0

@@ -318,6 +318,16 @@ class Config:
         default=defaults.MALLOC_MMAP_THRESHOLD,
         metadata=parsed_by(parse_size, _between(0, 32 << 20, "must be between 0 and 32MiB")),
     )
+    # free memory glibc keeps at the top of a heap instead of giving it back (tsproxy/memory.py); 0: glibc's
+    malloc_trim_threshold: int = field(
+        default=defaults.MALLOC_TRIM_THRESHOLD,
+        metadata=parsed_by(parse_size, _between(0, 1 << 30, "must be between 0 and 1GiB")),
+    )
+    # the most heaps glibc makes for threads (tsproxy/memory.py); 0: glibc's own
+    malloc_arenas: int = field(
+        default=defaults.MALLOC_ARENAS,
+        metadata=parsed_by(int, _between(0, 1024, "must be between 0 and 1024")),
+    )
     prefetch: int = field(
         default=defaults.PREFETCH,
         metadata=parsed_by(parse_size, _between(0, 1 << 30, "must be at most 1GiB")),

@@ -39,6 +39,8 @@ CACHE_SIZE = 1 << 30
 CACHE_ENCRYPT = True  # no effect (kept for old configs): cached chunks are stored bytes, sealed as stored
 MEMORY_CACHE_SIZE = 32 << 20
 MALLOC_MMAP_THRESHOLD = 8 << 20  # see tsproxy/memory.py; 0: glibc's own (moving) threshold
+MALLOC_TRIM_THRESHOLD = 64 << 20  # see tsproxy/memory.py; 0: glibc's own (128 KiB once fixed)
+MALLOC_ARENAS = 2  # see tsproxy/memory.py; 0: glibc's own (eight a core)
 PREFETCH = 16 << 20
 METADATA_TTL = 5.0  # seconds
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tsproxy.service.receive import PayloadBatches
+from tsproxy.service.receive import PayloadBatches, batch_size
 
 
 class Client:
@@ -54,11 +54,36 @@ def test_batches_come_in_order_and_whole() -> None:
         finally:
             await batches.close()
         assert b"".join(got) == b"".join(bytes([i]) * 1000 for i in range(23))
-        assert all(len(b) >= 4096 for b in got[:-1]) and 0 < len(got[-1])
+        # Exactly the batch size (pieces split across batch ends), so batches hold whole chunks.
+        assert [len(b) for b in got] == [4096] * 5 + [23_000 - 5 * 4096]
         assert await batches.next() is None
         assert client.closed
 
     asyncio.run(main())
+
+
+def test_a_piece_larger_than_a_batch_is_split_across_batches() -> None:
+    async def main() -> None:
+        client = Client(count=3, piece=10_000)
+        batches = PayloadBatches(client.pieces(), 4096, 2)
+        try:
+            got = await drain(batches)
+        finally:
+            await batches.close()
+        assert [len(b) for b in got] == [4096] * 7 + [30_000 - 7 * 4096]
+        assert b"".join(got) == b"".join(bytes([i]) * 10_000 for i in range(3))
+        assert all(isinstance(b, bytes) for b in got)
+
+    asyncio.run(main())
+
+
+def test_batch_sizes_hold_whole_chunks() -> None:
+    assert batch_size(4 << 20) == 4 << 20
+    assert batch_size(1 << 20) == 4 << 20
+    assert batch_size(3 << 20) == 3 << 20
+    assert batch_size(64 << 10) == 4 << 20
+    assert batch_size(1_500_000) == 3_000_000
+    assert batch_size(16 << 20) == 4 << 20  # a chunk gathered from several batches
 
 
 def test_reading_ahead_stops_at_the_bound() -> None:

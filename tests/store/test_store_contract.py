@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tsproxy import errors
-from tsproxy.store.base import MIB, Backend, ListPage, multipart_etag
+from tsproxy.store.base import MIB, Backend, ListPage, multipart_etag, multipart_of
 
 MD5_ETAG = re.compile(r"[0-9a-f]{32}")
 MULTIPART_ETAG = re.compile(r"[0-9a-f]{32}-\d+")
@@ -170,6 +170,35 @@ async def test_streamed_30_mib_object(backend: Backend, bucket: str) -> None:
     # A range across what would be a part boundary in an S3 multipart upload.
     _, middle = await backend.get_bytes(bucket, "big", 25 * MIB - 100, 25 * MIB + 99)
     assert middle == data[25 * MIB - 100 : 25 * MIB + 100]
+
+
+@pytest.mark.parametrize("as_stream", [False, True], ids=["bytes", "stream"])
+async def test_a_writer_s_content_md5_is_checked_not_trusted(
+    backend: Backend, bucket: str, as_stream: bool
+) -> None:
+    """A body's MD5 from its writer spares the backend hashing it, and the store still checks it: the
+    right one stores the body (its ETag is that MD5), a wrong one stores nothing (BadDigest)."""
+    data = os.urandom(3 * MIB + 5)
+    good, bad = hashlib.md5(data).digest(), hashlib.md5(data + b"x").digest()
+
+    def body() -> bytes | AsyncIterator[bytes]:
+        return pieces(data, MIB) if as_stream else data
+
+    with pytest.raises(errors.BadDigest):
+        await backend.put(bucket, "k", body(), content_md5=(lambda: bad) if as_stream else bad)
+    with pytest.raises(errors.NoSuchKey):
+        await backend.head(bucket, "k")
+    info = await backend.put(bucket, "k", body(), content_md5=(lambda: good) if as_stream else good)
+    assert info.etag == good.hex() and await read_all(backend, bucket, "k") == data
+
+    multipart = multipart_of(backend)
+    upload = await multipart.create_multipart(bucket, "mp")
+    with pytest.raises(errors.BadDigest):
+        await multipart.upload_part(bucket, "mp", upload, 1, data, content_md5=bad)
+    etag = await multipart.upload_part(bucket, "mp", upload, 1, data, content_md5=good)
+    assert etag == good.hex()
+    done = await multipart.complete_multipart(bucket, "mp", upload, [(1, etag)])
+    assert done.etag == multipart_etag([etag]) and await read_all(backend, bucket, "mp") == data
 
 
 async def test_overwrite_replaces_whole_object(backend: Backend, bucket: str) -> None:

@@ -348,6 +348,8 @@ async def test_uploads_carry_content_md5_and_no_flexible_checksums(
         assert seen.headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"
         assert "aws-chunked" not in seen.headers.get("content-encoding", "")
         assert not [h for h in seen.headers if h.startswith("x-amz-checksum-") or h == "x-amz-trailer"]
+        # A bytes body goes as it is, without first waiting for a 100 Continue.
+        assert seen.headers.get("expect") is None
 
 
 async def test_a_corrupted_upload_is_refused_by_content_md5(
@@ -357,7 +359,7 @@ async def test_a_corrupted_upload_is_refused_by_content_md5(
     try:
         real_md5 = backend._md5
 
-        async def wrong_md5(data: bytes | bytearray) -> str | None:
+        async def wrong_md5(data: bytes | bytearray, known: bytes | None = None) -> str | None:
             return await real_md5(bytes(data) + b"!")  # as if the body changed on the way
 
         monkeypatch.setattr(backend, "_md5", wrong_md5)

@@ -21,7 +21,7 @@ from .manifest import (
 )
 from .objects import decode_object, encode_object, encode_stream, iter_range, open_object, read_range
 from .pipeline import Stages
-from .segment import SegmentEncoder, SegmentInfo
+from .segment import ChunkCut, SegmentEncoder, SegmentInfo
 from .settings import DEFAULT_CHUNK_SIZE, FORMAT_VERSION, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransformSettings
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "MAX_CHUNK_SIZE",
     "MIN_CHUNK_SIZE",
     "TRAILER_SIZE",
+    "ChunkCut",
     "ChunkDecoder",
     "ChunkIndex",
     "ChunkRef",

@@ -130,10 +130,12 @@ class Stages:
 
 
 class UploadChain:
-    """The stages of one segment on the way up: chunk -> compress? -> seal. Chunks in order, one thread.
+    """The stages of one segment on the way up: chunk -> compress? -> seal.
 
     The compression decision is made on the segment's first chunk: off never, on always, auto unless the
-    segment is (object_start) or holds (a later part) producer-compressed Kafka batches.
+    segment is (object_start) or holds (a later part) producer-compressed Kafka batches. Once it is made
+    (decide(), or sealing chunk 0 first), chunks may be sealed in any order and on several threads at
+    once: each sealing borrows a zstd context no other holds meanwhile.
     """
 
     def __init__(
@@ -149,13 +151,15 @@ class UploadChain:
         self._settings = settings
         self._object_start = object_start
         self._seal = self.stages.seal_stage.for_segment(ctx, segment_no, salt)
-        self._compress: ZstdStage | None = None
+        self._compress = False
         self._decided = False
+        # Idle zstd contexts (one is not thread-safe): as many are made as seal at once, then reused.
+        self._codecs: list[ZstdStage] = []
 
     @property
     def compressed(self) -> bool:
         """Whether the segment's chunks go through compression (known once the first chunk is sealed)."""
-        return self._compress is not None
+        return self._compress
 
     @property
     def seal_stage(self) -> SealStage:
@@ -163,20 +167,31 @@ class UploadChain:
         return self._seal
 
     def seal(self, chunk: memoryview, chunk_no: int, last: bool) -> bytes:
-        """The stored bytes of the segment's next chunk."""
+        """The stored bytes of one of the segment's chunks."""
         if not self._decided:
-            self._decide(chunk)
-        payload: Payload = chunk if self._compress is None else self._compress.seal(chunk)
+            self.decide(chunk)  # sealed one by one: the first chunk sealed is chunk 0
+        payload: Payload = chunk
+        if self._compress:
+            try:
+                codec = self._codecs.pop()  # atomic: two threads never get one context
+            except IndexError:
+                # Format 2 cuts a chunk into frames, so a partial read inflates only what it needs.
+                frame_size = FRAME_SIZE if self._settings.format_version >= 2 else None
+                codec = CODECS[self.stages.codec](self._settings.level, frame_size)
+            try:
+                payload = codec.seal(chunk)
+            finally:
+                self._codecs.append(codec)
         return self._seal.seal(payload, chunk_no, last)
 
-    def _decide(self, first_chunk: memoryview) -> None:
+    def decide(self, first_chunk: memoryview) -> None:
+        """Make the segment's compression decision on its first chunk, before any chunk is sealed."""
+        if self._decided:
+            return
         self._decided = True
         mode = self._settings.compression
         probe = looks_like_compressed_kafka if self._object_start else contains_compressed_kafka
-        if mode == "on" or (mode == "auto" and not probe(first_chunk)):
-            # Format 2 cuts a chunk into frames, so a partial read inflates only what it needs.
-            frame_size = FRAME_SIZE if self._settings.format_version >= 2 else None
-            self._compress = CODECS[self.stages.codec](self._settings.level, frame_size)
+        self._compress = mode == "on" or (mode == "auto" and not probe(first_chunk))
 
 
 class DownloadChain:

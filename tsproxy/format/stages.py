@@ -199,7 +199,8 @@ class Crc32cSeal(SealStage):
     overhead = 0
 
     def __init__(self, crcs: tuple[int, ...] = ()) -> None:
-        self._crcs = list(crcs)
+        # By chunk number: chunks may be sealed out of order, on several threads.
+        self._crcs = dict(enumerate(crcs))
 
     @classmethod
     def for_segment(
@@ -213,15 +214,20 @@ class Crc32cSeal(SealStage):
 
     @property
     def crcs(self) -> tuple[int, ...]:
-        return tuple(self._crcs)
+        """The CRC32Cs of chunks 0, 1, ... as far as they are sealed without a gap."""
+        out: list[int] = []
+        while (crc := self._crcs.get(len(out))) is not None:
+            out.append(crc)
+        return tuple(out)
 
     def seal(self, payload: Payload, chunk_no: int, last: bool) -> bytes:
-        # The caller's buffer is reused once this returns: the stored chunk must own its bytes.
+        # The caller's buffer may be reused once this returns: the stored chunk must own its bytes.
         stored = payload if isinstance(payload, bytes) else bytes(payload)
-        self._crcs.append(crc32c(stored))
+        self._crcs[chunk_no] = crc32c(stored)
         return stored
 
     def open(self, stored: memoryview, chunk_no: int, last: bool) -> Payload:
-        if chunk_no >= len(self._crcs) or crc32c(stored) != self._crcs[chunk_no]:
+        expected = self._crcs.get(chunk_no)
+        if expected is None or crc32c(stored) != expected:
             raise IntegrityError("CRC32C mismatch (corrupted or tampered)")
         return stored

@@ -26,6 +26,8 @@ from tsproxy.s3.chunked import AwsChunkedDecoder
 from tsproxy.s3.limits import MAX_PART_SIZE
 from tsproxy.s3.sigv4 import AuthResult
 
+# Payload bytes whose checks (SHA-256, chunk signatures, checksums) go to a worker thread at once: one
+# hand-over per MiB or so, not one per piece aiohttp received.
 READ_SIZE = 1 << 20
 
 
@@ -40,7 +42,7 @@ class BodyResult:
 class ContentReader(Protocol):
     """The part of aiohttp's StreamReader that we use."""
 
-    async def read(self, n: int = -1) -> bytes: ...
+    async def readany(self) -> bytes: ...
 
 
 def _declared_length(headers: Mapping[str, str], chunked: bool) -> int | None:
@@ -72,12 +74,16 @@ def content_md5(headers: Mapping[str, str]) -> bytes | None:
 
 
 async def _read(content: ContentReader, idle_timeout: float | None) -> bytes:
-    """The next bytes the client sent; RequestTimeout when it sent none for `idle_timeout` seconds."""
+    """The next bytes the client sent; RequestTimeout when it sent none for `idle_timeout` seconds.
+
+    What aiohttp has received, as it received it: read(n) would join its pieces into a new buffer,
+    a copy of every payload byte (and fresh memory to fault in) for nothing.
+    """
     if idle_timeout is None:
-        return await content.read(READ_SIZE)
+        return await content.readany()
     try:
         async with asyncio.timeout(idle_timeout):
-            return await content.read(READ_SIZE)
+            return await content.readany()
     except TimeoutError:
         raise errors.RequestTimeout() from None
 
@@ -146,22 +152,37 @@ async def payload(
         if checksum is not None:
             checksum.update(piece)
 
-    def process(raw: bytes) -> list[bytes | memoryview]:
-        # Hashing and chunk-signature checks are CPU work: done on a worker thread, one read at a time.
-        if sha256 is not None:
-            sha256.update(raw)
-        # The decoder's pieces are views of `raw`, which is immutable: passed on as they are, not copied.
-        pieces: list[bytes | memoryview] = [raw] if decoder is None else decoder.feed(raw)
+    def process(reads: list[bytes]) -> list[bytes | memoryview]:
+        # Hashing and chunk-signature checks are CPU work: done on a worker thread, READ_SIZE at a time.
+        pieces: list[bytes | memoryview] = []
+        for raw in reads:
+            if sha256 is not None:
+                sha256.update(raw)
+            # The decoder's pieces are views of `raw`, which is immutable: passed on as they are.
+            pieces += [raw] if decoder is None else decoder.feed(raw)
         for piece in pieces:
             account(piece)
         return pieces
 
     hashing = md5 is not None or sha256 is not None or checksum is not None or decoder is not None
-    while True:
+    ended = False
+    while not ended:
         raw = await _read(content, idle_timeout)
         if not raw:
             break
-        for piece in await asyncio.to_thread(process, raw) if hashing else process(raw):
+        if not hashing:
+            account(raw)
+            yield raw
+            continue
+        reads, gathered = [raw], len(raw)
+        while gathered < READ_SIZE:
+            raw = await _read(content, idle_timeout)
+            if not raw:
+                ended = True
+                break
+            reads.append(raw)
+            gathered += len(raw)
+        for piece in await asyncio.to_thread(process, reads):
             yield piece
 
     trailers: dict[str, str] = decoder.finish() if decoder is not None else {}

@@ -233,7 +233,9 @@ class UploadOps(RecordOps):
                 fields = (part_no, seg.md5.hex(), seg.original_size, "", seg, received)
                 if len(head) >= backend.min_part_size and part_no < MAX_PARTS:
                     dst = self.ns.object(bucket, key)
-                    etag = await backend.upload_part(dst.bucket, dst.key, state.backend_upload, part_no, head)
+                    etag = await backend.upload_part(
+                        dst.bucket, dst.key, state.backend_upload, part_no, head, content_md5=seg.stored_md5
+                    )
                     record = PartRecord(*fields, etag, received=received)
                 elif len(head) < backend.min_part_size:
                     # Too small to be a backend part but the last: kept in its record.

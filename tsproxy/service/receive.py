@@ -7,8 +7,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 from tsproxy.store.base import aclose
 
-# Payload bytes handed to the transform at a time. A chunk's worth (at the default chunk size): each
-# hand-over to a thread and back costs GIL switches against the event loop, so fewer, larger ones
+# Payload bytes handed to the transform at a time, at most. A chunk's worth (at the default chunk size):
+# each hand-over to a thread and back costs GIL switches against the event loop, so fewer, larger ones
 # transform faster (64 MiB in 1 MiB batches measured ~1.3x the time of 4 MiB ones).
 BATCH_SIZE = 4 << 20
 # Received batches that may wait for the transform beyond the one it works on: a request holds at most
@@ -16,10 +16,16 @@ BATCH_SIZE = 4 << 20
 BATCHES_AHEAD = 2
 
 
+def batch_size(chunk_size: int) -> int:
+    """The batch size for a segment's chunk size: whole chunks, as many as fit in BATCH_SIZE, so that each
+    chunk is sealed straight from its batch (no second copy); BATCH_SIZE for chunks larger than that."""
+    return chunk_size * (BATCH_SIZE // chunk_size) if chunk_size <= BATCH_SIZE else BATCH_SIZE
+
+
 class PayloadBatches:
-    """Receives a payload stream into batches of at least `size` bytes (the last may be shorter), in a
-    task of its own, so that the client's bytes keep arriving while earlier batches are transformed and
-    sent. At most `ahead` batches wait; then the task stops reading, and the client's TCP window closes.
+    """Receives a payload stream into batches of exactly `size` bytes (the last may be shorter) in a task
+    of its own, so that the client's bytes keep arriving while earlier batches are transformed and sent.
+    At most `ahead` batches wait; then the task stops reading, and the client's TCP window closes.
 
     The payload's first error (a failed body check, a client gone) reaches the consumer from next(),
     after the batches received before it. close() stops the task and closes the payload; call it in
@@ -36,15 +42,20 @@ class PayloadBatches:
     async def _receive(self, pieces: AsyncIterator[bytes | memoryview], size: int) -> None:
         try:
             # Pieces are gathered and joined once a batch is full: one allocation of the batch's size,
-            # not a buffer grown (and copied) piece by piece.
+            # not a buffer grown (and copied) piece by piece. A piece across a batch's end is split (views
+            # of it), so batches hold whole chunks when `size` is a multiple of the chunk size.
             gathered: list[bytes | memoryview] = []
             filled = 0
             async for piece in pieces:
-                gathered.append(piece)
-                filled += len(piece)
-                if filled >= size:
+                rest = memoryview(piece)
+                while len(rest) >= size - filled:
+                    gathered.append(rest[: size - filled])
+                    rest = rest[size - filled :]
                     await self._queue.put(b"".join(gathered))
                     gathered, filled = [], 0
+                if rest:
+                    gathered.append(rest)
+                    filled += len(rest)
             if filled:
                 await self._queue.put(b"".join(gathered))
             await self._queue.put(None)

@@ -8,7 +8,7 @@ hand it to its own client as it is.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -26,6 +26,7 @@ __all__ = [  # the S3 limits are re-exported: the backends and their callers tak
     "MIN_PART_SIZE",
     "Backend",
     "Body",
+    "BodyMD5",
     "BucketCapable",
     "ListPage",
     "MultipartCapable",
@@ -106,6 +107,10 @@ class ObjectReader(Protocol):
 
 
 Body = bytes | bytearray | memoryview | AsyncIterable[bytes]
+# The MD5 of a whole body when its writer knows it (it hashed the bytes as it made them), so the backend
+# need not hash them again before sending: the digest, or for a streamed body a function that gives it
+# once the stream has ended. A backend that checks bodies checks them against it (BadDigest).
+BodyMD5 = bytes | Callable[[], bytes]
 
 
 class Backend(Protocol):
@@ -159,6 +164,7 @@ class Backend(Protocol):
         *,
         metadata: Mapping[str, str] | None = None,
         content_type: str | None = None,
+        content_md5: BodyMD5 | None = None,
     ) -> ObjectInfo: ...
 
     async def delete(self, bucket: str, key: str) -> None: ...
@@ -206,7 +212,15 @@ class MultipartCapable(Protocol):
     ) -> str: ...
 
     async def upload_part(
-        self, bucket: str, key: str, upload_id: str, part_no: int, body: Body, size: int | None = None
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        body: Body,
+        size: int | None = None,
+        *,
+        content_md5: bytes | None = None,
     ) -> str: ...
 
     async def upload_part_copy(

@@ -34,6 +34,7 @@ from tsproxy import errors
 from tsproxy.store import listing, localnames
 from tsproxy.store.base import (
     Body,
+    BodyMD5,
     ListPage,
     ObjectInfo,
     normalize_metadata,
@@ -262,6 +263,7 @@ class LocalBackend(LocalMultipart):
         *,
         metadata: Mapping[str, str] | None = None,
         content_type: str | None = None,
+        content_md5: BodyMD5 | None = None,
     ) -> ObjectInfo:
         path = self._object_path(bucket, key)
         bucket_dir = self._bucket_dir(bucket)
@@ -276,7 +278,7 @@ class LocalBackend(LocalMultipart):
             spool = await self._run(self._open_spool, bucket_dir, path, segments, key=key)
             try:
                 await self._fill(spool, body, call, key)
-                trailer["etag"] = spool.md5.hexdigest()
+                trailer["etag"] = spool.check_md5(content_md5)
                 written = await self._run(spool.commit, path, trailer, key=key)
             except BaseException:
                 await self._cleanup(spool.discard)

@@ -25,7 +25,7 @@ from typing import Any
 
 from tsproxy import errors
 from tsproxy.durable import fsync_dir
-from tsproxy.store.base import MIB, ObjectInfo
+from tsproxy.store.base import MIB, BodyMD5, ObjectInfo
 
 MAGIC = b"TSPLOBJ1"
 TMP_PREFIX = ".tmp-"
@@ -76,6 +76,12 @@ class Spool:
                 view = view[os.write(self.fd, view) :]
             self.md5.update(piece)
             self.size += len(piece)
+
+    def check_md5(self, expected: BodyMD5 | None) -> str:
+        """The hex MD5 of what was written (its ETag); BadDigest when the writer's own MD5 differs."""
+        if expected is not None and self.md5.digest() != (expected() if callable(expected) else expected):
+            raise errors.BadDigest()
+        return self.md5.hexdigest()
 
     def commit(self, final: Path, trailer: dict[str, Any]) -> dict[str, Any]:
         """Append the trailer, sync, and rename into place. Returns the trailer."""

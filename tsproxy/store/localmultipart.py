@@ -111,7 +111,15 @@ class LocalMultipart(LocalTree):
         return f"part-{part_no:05d}"
 
     async def upload_part(
-        self, bucket: str, key: str, upload_id: str, part_no: int, body: Body, size: int | None = None
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        body: Body,
+        size: int | None = None,
+        *,
+        content_md5: bytes | None = None,
     ) -> str:
         check_part_number(part_no)
         upload_dir = self._upload_dir(bucket, key, upload_id)
@@ -121,7 +129,7 @@ class LocalMultipart(LocalTree):
                 await self._fill(spool, body, call, key)
                 if size is not None and spool.size != size:
                     raise errors.IncompleteBody()
-                trailer = {"key": key, "mtime": time.time(), "etag": spool.md5.hexdigest()}
+                trailer = {"key": key, "mtime": time.time(), "etag": spool.check_md5(content_md5)}
                 await self._run(self._commit_part, spool, upload_dir, part_no, trailer, upload_id, key=key)
             except BaseException:
                 await self._cleanup(spool.discard)

@@ -24,6 +24,7 @@ from tsproxy import errors
 from tsproxy.store import s3errors
 from tsproxy.store.base import (
     Body,
+    BodyMD5,
     ListPage,
     ObjectInfo,
     check_key,
@@ -182,6 +183,7 @@ class S3Backend(S3Multipart):
         data: bytes | bytearray,
         metadata: Mapping[str, str] | None,
         content_type: str | None,
+        content_md5: bytes | None = None,
     ) -> ObjectInfo:
         params: dict[str, Any] = {
             "Bucket": bucket,
@@ -191,7 +193,7 @@ class S3Backend(S3Multipart):
         }
         if content_type:
             params["ContentType"] = content_type
-        md5 = await self._md5(data)
+        md5 = await self._md5(data, content_md5)
         if md5:
             params["ContentMD5"] = md5
         response = await self._request(
@@ -215,18 +217,27 @@ class S3Backend(S3Multipart):
         *,
         metadata: Mapping[str, str] | None = None,
         content_type: str | None = None,
+        content_md5: BodyMD5 | None = None,
     ) -> ObjectInfo:
-        """Store a body: one PutObject up to `part_size`, a multipart upload beyond."""
+        """Store a body: one PutObject up to `part_size`, a multipart upload beyond.
+
+        content_md5 (the whole body's) saves hashing a body sent in one PutObject; the parts of a larger
+        one are hashed here, each while the next is gathered.
+        """
         check_key(key)
+        whole = content_md5 if isinstance(content_md5, bytes) else None
         if isinstance(body, bytes | bytearray | memoryview):
             data = body if isinstance(body, bytes | bytearray) else bytes(body)
             if len(data) <= self.part_size:
-                return await self._put_object(bucket, key, data, metadata, content_type)
+                return await self._put_object(bucket, key, data, metadata, content_type, whole)
             return await self._put_parts(bucket, key, slices(data, self.part_size), metadata, content_type)
         stream = Regrouper(body, self.part_size)
         first = await stream.next_part()
         if first is None or await stream.at_end():
-            return await self._put_object(bucket, key, first or b"", metadata, content_type)
+            # The stream has ended: a writer that hashed it as it went has its MD5 now.
+            if callable(content_md5):
+                whole = content_md5()
+            return await self._put_object(bucket, key, first or b"", metadata, content_type, whole)
         # The next part is gathered while one is uploaded: the stream's producer (a transform) keeps
         # working instead of waiting for each upload.
         return await self._put_parts(bucket, key, read_ahead(stream.parts(first)), metadata, content_type)

@@ -99,6 +99,12 @@ def lean_session() -> AioSession:
     session.register_component("response_parser_factory", factory)
     session.unregister("before-parse.s3.*", botocore_handlers._handle_200_error)
     session.get_component("event_emitter").register_first("before-parse.s3.*", _error_in_200)
+    for operation in ("PutObject", "UploadPart"):
+        # A bytes body stays bytes: botocore's BytesIO made aiohttp copy it whole before sending it in
+        # 64 KiB copies, and (as any file-like body) wait for a 100 Continue before the first byte.
+        session.unregister(
+            f"before-parameter-build.s3.{operation}", botocore_handlers.convert_body_to_file_like_object
+        )
     return session
 
 
@@ -318,9 +324,12 @@ class S3Client:
         )
         return info_of(key, response, response.get("ContentLength", 0))
 
-    async def _md5(self, data: bytes | bytearray) -> str | None:
+    async def _md5(self, data: bytes | bytearray, known: bytes | None = None) -> str | None:
+        """The Content-MD5 header of a body: the digest its writer gave, else hashed here (off the loop)."""
         if not self.content_md5:
             return None
-        loop = asyncio.get_running_loop()
-        digest = await loop.run_in_executor(self.executor, lambda: hashlib.md5(data).digest())
+        digest = known
+        if digest is None:
+            loop = asyncio.get_running_loop()
+            digest = await loop.run_in_executor(self.executor, lambda: hashlib.md5(data).digest())
         return base64.b64encode(digest).decode("ascii")

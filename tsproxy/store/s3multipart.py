@@ -55,9 +55,20 @@ class S3Multipart(S3Client):
         return str(response["UploadId"])
 
     async def upload_part(
-        self, bucket: str, key: str, upload_id: str, part_no: int, body: Body, size: int | None = None
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        body: Body,
+        size: int | None = None,
+        *,
+        content_md5: bytes | None = None,
     ) -> str:
-        """Upload one part. A streamed body is gathered first (one part in memory) so it can be retried."""
+        """Upload one part. A streamed body is gathered first (one part in memory) so it can be retried.
+
+        content_md5: the body's MD5 when the caller has it (else it is hashed here): the store checks it.
+        """
         check_part_number(part_no)
         if isinstance(body, bytes | bytearray):
             data: bytes | bytearray = body
@@ -78,7 +89,7 @@ class S3Multipart(S3Client):
             "PartNumber": part_no,
             "Body": data,
         }
-        md5 = await self._md5(data)
+        md5 = await self._md5(data, content_md5)
         if md5:
             params["ContentMD5"] = md5
         response = await self._request(

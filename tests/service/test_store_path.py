@@ -1,0 +1,232 @@
+"""The store path of the object service over each backend: chunks sealed on several threads come out in
+order, the MD5 the transform gives the backend is the MD5 of what the backend got, and a failure at any
+point (a seal, the client's Content-MD5, the client itself) stores nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import threading
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tsproxy import errors
+from tsproxy.cache.reader import ChunkReader
+from tsproxy.format import KeyRing, SegmentEncoder, TransformSettings, decode_object
+from tsproxy.service import ObjectService
+from tsproxy.store.base import MIB, Backend, multipart_of
+
+KIB = 1024
+CHUNK = 256 * KIB
+
+
+class Recording:
+    """A backend that notes each body it is sent (bytes and streams) with the MD5 its writer gave."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.sent: list[tuple[str, bytes, bytes | None]] = []  # (operation, body, content_md5)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put(self, bucket: str, key: str, body: Any, **kwargs: Any) -> Any:
+        if isinstance(body, bytes | bytearray | memoryview):
+            self.sent.append(("put", bytes(body), kwargs.get("content_md5")))
+            return await self.inner.put(bucket, key, body, **kwargs)
+        seen = bytearray()
+
+        async def noted() -> AsyncIterator[bytes]:
+            async for piece in body:
+                seen.extend(piece)
+                yield piece
+            given = kwargs.get("content_md5")
+            self.sent.append(("put", bytes(seen), given() if callable(given) else given))
+
+        return await self.inner.put(bucket, key, noted(), **kwargs)
+
+    async def upload_part(self, bucket: str, key: str, upload_id: str, part_no: int, body: Any, *args: Any,
+                          **kwargs: Any) -> str:  # fmt: skip
+        self.sent.append(("part", bytes(body), kwargs.get("content_md5")))
+        return str(await self.inner.upload_part(bucket, key, upload_id, part_no, body, *args, **kwargs))
+
+
+@pytest.fixture(scope="module")
+def ring() -> KeyRing:
+    return KeyRing.new(key_id="store-path")
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(2) as executor:
+        yield executor
+
+
+def service(backend: Backend, ring: KeyRing, pool: ThreadPoolExecutor, **settings: Any) -> ObjectService:
+    cfg = TransformSettings(**{"chunk_size": CHUNK, **settings})
+    return ObjectService(backend, ring, cfg, ChunkReader(None, pool), pool)
+
+
+async def pieces(data: bytes, size: int = 100_000) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+        await asyncio.sleep(0)
+
+
+def mixed(size: int, seed: int) -> bytes:
+    """Compressible text and random runs, so that stored chunks differ in size."""
+    rnd = random.Random(seed)
+    out = bytearray()
+    while len(out) < size:
+        out += rnd.randbytes(50_000) if rnd.random() < 0.5 else b'{"offset": 1, "value": "x"}\n' * 2000
+    return bytes(out[:size])
+
+
+async def put(
+    svc: ObjectService, bucket: str, key: str, data: bytes | AsyncIterable[bytes], **kwargs: Any
+) -> Any:
+    body = pieces(data) if isinstance(data, bytes) else data
+    return await svc.put(bucket, key, body, content_type=None, metadata={}, headers={}, **kwargs)
+
+
+async def stored_bytes(backend: Backend, bucket: str, key: str) -> bytes:
+    return (await backend.get_bytes(bucket, key))[1]
+
+
+@pytest.mark.parametrize("size", [MIB + 5, 9 * MIB + 5], ids=["buffered", "streamed"])
+async def test_put_gives_the_backend_the_md5_of_what_it_stores(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor, size: int
+) -> None:
+    recording = Recording(backend)
+    svc = service(recording, ring, pool)  # type: ignore[arg-type]
+    data = os.urandom(size)  # incompressible: a 9 MiB object is stored beyond SMALL_OBJECT, streamed
+    await put(svc, bucket, "k", data)
+    [(operation, body, md5)] = recording.sent
+    assert operation == "put" and md5 == hashlib.md5(body).digest()
+    assert body == await stored_bytes(backend, bucket, "k")
+    assert decode_object(body, ring) == data
+
+
+async def test_upload_part_gives_the_backend_the_md5_of_the_part(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor
+) -> None:
+    recording = Recording(backend)
+    svc = service(recording, ring, pool)  # type: ignore[arg-type]
+    data = os.urandom(6 * MIB)  # stored above the backend's minimum part size: a backend part of its own
+    upload = await svc.create_upload(bucket, "mp", content_type=None, metadata={}, headers={})
+    record = await svc.upload_part(bucket, "mp", upload, 1, pieces(data))
+    parts = [(body, md5) for operation, body, md5 in recording.sent if operation == "part"]
+    assert len(parts) == 1 and parts[0][1] == hashlib.md5(parts[0][0]).digest()
+    assert record.segment.stored_md5 == parts[0][1]
+    await svc.complete_upload(bucket, "mp", upload, [(1, record.etag)])
+    assert decode_object(await stored_bytes(backend, bucket, "mp"), ring) == data
+
+
+async def test_chunks_larger_than_a_batch_are_gathered_from_several(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor
+) -> None:
+    recording = Recording(backend)
+    svc = service(recording, ring, pool, chunk_size=6 * MIB)  # batches are 4 MiB
+    data = mixed(15 * MIB + 3, 3)
+    await put(svc, bucket, "k", data)
+    [(_, body, md5)] = recording.sent
+    assert md5 == hashlib.md5(body).digest() and decode_object(body, ring) == data
+
+
+async def test_chunks_come_out_in_order_however_their_sealing_ends(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealing takes a random while, so chunks sealed at once often end out of order."""
+    real_seal = SegmentEncoder.seal
+    rnd = random.Random(1)
+    lock = threading.Lock()
+    overlapped = threading.Event()
+    sealing = [0]
+
+    def slow_seal(self: SegmentEncoder, cut: Any) -> bytes:
+        with lock:
+            sealing[0] += 1
+            if sealing[0] > 1:
+                overlapped.set()
+            delay = rnd.random() * 0.01
+        try:
+            time.sleep(delay)
+            return real_seal(self, cut)
+        finally:
+            with lock:
+                sealing[0] -= 1
+
+    monkeypatch.setattr(SegmentEncoder, "seal", slow_seal)
+    svc = service(backend, ring, pool)
+    data = mixed(40 * CHUNK + 17, 2)
+    await put(svc, bucket, "k", data)
+    assert overlapped.is_set(), "chunks of one upload were sealed at once"
+    assert decode_object(await stored_bytes(backend, bucket, "k"), ring) == data
+
+
+@pytest.mark.parametrize("size", [MIB, 12 * MIB], ids=["buffered", "streamed"])
+async def test_a_failed_seal_mid_way_stores_nothing(
+    backend: Backend,
+    bucket: str,
+    ring: KeyRing,
+    pool: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    size: int,
+) -> None:
+    svc = service(backend, ring, pool, compression="off")
+    await put(svc, bucket, "k", b"the version before")
+    real_seal = SegmentEncoder.seal
+
+    def failing_seal(self: SegmentEncoder, cut: Any) -> bytes:
+        if cut.chunk_no == 2 * size // CHUNK // 3:
+            raise RuntimeError("a seal went wrong")
+        return real_seal(self, cut)
+
+    monkeypatch.setattr(SegmentEncoder, "seal", failing_seal)
+    with pytest.raises(RuntimeError, match="a seal went wrong"):
+        await put(svc, bucket, "k", os.urandom(size))
+    await assert_only_the_old_version(svc, backend, bucket, ring)
+
+
+@pytest.mark.parametrize("size", [MIB, 12 * MIB], ids=["buffered", "streamed"])
+async def test_a_wrong_content_md5_or_a_client_gone_stores_nothing(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor, size: int
+) -> None:
+    svc = service(backend, ring, pool, compression="off")
+    await put(svc, bucket, "k", b"the version before")
+    data = os.urandom(size)
+    with pytest.raises(errors.BadDigest):
+        await put(svc, bucket, "k", data, content_md5=hashlib.md5(data + b"x").digest())
+    await assert_only_the_old_version(svc, backend, bucket, ring)
+
+    async def gone() -> AsyncIterator[bytes]:
+        async for piece in pieces(data):
+            yield piece
+        raise ConnectionResetError("client went away")
+
+    with pytest.raises(ConnectionResetError):
+        await put(svc, bucket, "k", gone())
+    await assert_only_the_old_version(svc, backend, bucket, ring)
+    upload = await svc.create_upload(bucket, "mp", content_type=None, metadata={}, headers={})
+    with pytest.raises(errors.BadDigest):
+        await svc.upload_part(bucket, "mp", upload, 1, pieces(data), content_md5=hashlib.md5(b"x").digest())
+    with pytest.raises(ConnectionResetError):
+        await svc.upload_part(bucket, "mp", upload, 1, gone())
+    _, parts = await svc.list_parts(bucket, "mp", upload)
+    assert parts == []
+    await svc.abort_upload(bucket, "mp", upload)
+
+
+async def assert_only_the_old_version(
+    svc: ObjectService, backend: Backend, bucket: str, ring: KeyRing
+) -> None:
+    listed = [o.key for o in (await backend.list(bucket)).objects]
+    assert listed == ["k"]
+    assert decode_object(await stored_bytes(backend, bucket, "k"), ring) == b"the version before"
+    assert await multipart_of(backend).list_multipart_uploads(bucket) == []
