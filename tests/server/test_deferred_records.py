@@ -270,3 +270,29 @@ def test_the_bound_on_held_records_writes_them_at_once(
         assert s3.get_object(Bucket=bucket, Key="bound")["Body"].read().endswith(b"tail")
     finally:
         proxy.stop()
+
+
+def test_a_compressed_middle_part_kept_in_its_record_is_written_at_once(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A part of 5 MiB or more that compression shrank below the backend's minimum part size is kept in
+    its record, which is written at once: only a part under 5 MiB, which can be nothing but the last,
+    is held in memory until the upload goes quiet."""
+    proxy = start_proxy("local", tmp_path, request, upload_record_delay="10m", janitor_interval="0")
+    try:
+        s3 = proxy.client()
+        bucket = _bucket(proxy)
+        service = proxy.proxy.objects
+        squeezed = b"".join(b"%08d,clicked,page-%d\n" % (i, i % 7) for i in range(6 * MIB // 24))
+        assert len(squeezed) >= 5 * MIB
+        uid = s3.create_multipart_upload(Bucket=bucket, Key="seg")["UploadId"]
+        parts = [_part(s3, bucket, "seg", uid, 1, squeezed)]
+        assert upload_objects(proxy, bucket, uid) == {"state", "00001.info"}
+        assert service.pending.held_bytes == 0
+        parts.append(_part(s3, bucket, "seg", uid, 2, b"the last part"))
+        assert upload_objects(proxy, bucket, uid) == {"state", "00001.info"}  # the last one is held
+        assert service.pending.held_bytes > 0
+        s3.complete_multipart_upload(Bucket=bucket, Key="seg", UploadId=uid, MultipartUpload={"Parts": parts})
+        assert s3.get_object(Bucket=bucket, Key="seg")["Body"].read() == squeezed + b"the last part"
+    finally:
+        proxy.stop()

@@ -258,9 +258,15 @@ class UploadOps(RecordOps):
             )
             if entry is not None:
                 entry.written.add(data_loc.key)
+        # A part kept in its record (its stored form below the backend's minimum part size) is held
+        # only when it can be nothing but the upload's last part (under S3's 5 MiB minimum for all
+        # others): a compressed middle part's record, stored bytes and all, is written at once, so an
+        # upload of highly compressible parts does not hold them all in memory.
+        last_only = record.inline is None or record.size < MIN_PART_SIZE
         if (
             entry is not None
             and not record.data_key
+            and last_only
             and self.defers_records
             and self.pending.hold(entry, record)
         ):
