@@ -296,3 +296,20 @@ def test_a_compressed_middle_part_kept_in_its_record_is_written_at_once(
         assert s3.get_object(Bucket=bucket, Key="seg")["Body"].read() == squeezed + b"the last part"
     finally:
         proxy.stop()
+
+
+def test_an_id_with_a_garbled_ticket_is_no_upload_once_the_state_is_written(pair: Pair) -> None:
+    s3 = pair.first.client()
+    bucket = _bucket(pair.first)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="seg.log")["UploadId"]
+    _part(s3, bucket, "seg.log", uid, 1, b"x")
+    _wait_for(lambda: "state" in upload_objects(pair.first, bucket, uid), "the quiet upload's state written")
+    for garbled in (uid + "x", uid + "AA", uid[:-1] + "-x"):
+        for proxy in (pair.first, pair.second):
+            client = proxy.client()
+            got = _code(
+                lambda g=garbled, c=client: c.upload_part(  # type: ignore[misc]
+                    Bucket=bucket, Key="seg.log", UploadId=g, PartNumber=2, Body=b"y"
+                )
+            )
+            assert got == "NoSuchUpload", garbled

@@ -138,3 +138,12 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     if GOLDEN.exists():
         sys.exit("the version 1 ticket exists already; it must not be regenerated")
     GOLDEN.write_bytes(_golden_ticket())
+
+
+def test_an_id_whose_ticket_does_not_decode_names_no_state_object() -> None:
+    uid = straight_upload_id("tok", "backend-upload", b"\x01\x02\x03")
+    assert ticket_of(uid) == b"\x01\x02\x03"
+    for garbled in (uid + "x", uid[:-1] + "!", uid + "A"):
+        found = ticket_of(garbled)
+        assert found is not None and found != b"\x01\x02\x03"  # never taken for an id without ticket
+    assert ticket_of("tok.YmFja2VuZA") is None

@@ -261,9 +261,13 @@ def backend_upload_of(upload_id: str) -> str | None:
 
 
 def ticket_of(upload_id: str) -> bytes | None:
-    """The ticket bytes a client upload id carries, or None (then the upload has a state object)."""
+    """The ticket bytes a client upload id carries, or None (then the upload has a state object). An id
+    with a ticket that does not decode gives b"", which no ticket check passes: it never falls back to
+    the state object its upload may have written meanwhile."""
     pieces = upload_id.split(_SEPARATOR)
-    return _unb64(pieces[2]) if len(pieces) == 3 and pieces[2] else None
+    if len(pieces) != 3:
+        return None
+    return _unb64(pieces[2]) or b""
 
 
 @dataclass(frozen=True)
