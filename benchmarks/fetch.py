@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--chunk-size", help="tsproxy's chunk size for the objects it writes (default: its own)")
     ap.add_argument(
+        "--producer-codec",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        default="none",
+        help="the segment's batches compressed by their producer (tsproxy then stores them uncompressed)",
+    )
+    ap.add_argument(
         "--client",
         choices=CLIENTS,
         default="lean",
@@ -123,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     # Other processes on the machine move every figure: say how busy it was.
     load_before = os.getloadavg()[0]
     started_at = time.perf_counter()
-    segment = build_segment(args.size * MIB)
+    codec = ("none", "gzip", "snappy", "lz4", "zstd").index(args.producer_codec)
+    segment = build_segment(args.size * MIB, codec=codec)
     print(
         f"segment: {segment.size / MIB:.1f} MiB, {len(segment.positions)} batches "
         f"(built in {time.perf_counter() - started_at:.0f}s)",
@@ -158,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     order = {s: i for i, s in enumerate(SCENARIOS)}
     rows.sort(key=lambda r: (order[r["scenario"]], SYSTEMS.index(r["system"])))
     print(
-        f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment, {random_count} random fetches, "
+        f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment ({args.producer_codec} batches), "
+        f"{random_count} random fetches, "
         f"{args.client} client ({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, "
         f"{load_after:.1f} after)\n"
     )

@@ -86,10 +86,11 @@ class Segment:
         return len(self.data)
 
 
-def build_segment(size: int, *, seed: int = 7, batch_bytes: int = BATCH_BYTES) -> Segment:
-    """A segment of at most `size` bytes: uncompressed v2 batches of about `batch_bytes` each, holding
+def build_segment(size: int, *, seed: int = 7, batch_bytes: int = BATCH_BYTES, codec: int = 0) -> Segment:
+    """A segment of at most `size` bytes: v2 batches of about `batch_bytes` records each, holding
     JSON-like click-stream records (keys are user ids), as a producer with default settings writes
-    them. Deterministic for a given seed."""
+    them (uncompressed), or with `codec` (a Kafka codec id, e.g. 4 for zstd) as a producer that
+    compresses its batches does. Deterministic for a given seed."""
     rng = random.Random(seed)
     users = [f"user-{rng.randrange(10**6):06d}" for _ in range(500)]
     events = ("click", "view", "purchase", "login", "logout", "search")
@@ -111,7 +112,7 @@ def build_segment(size: int, *, seed: int = 7, batch_bytes: int = BATCH_BYTES) -
             batch_size += len(value) + len(user) + 8
             offset += 1
             timestamp += rng.randrange(1, 20)
-        batch = build_batch(records)
+        batch = build_batch(records, codec=codec)
         if written + len(batch) > size:
             break
         builder.append(batch)

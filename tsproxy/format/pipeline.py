@@ -162,6 +162,11 @@ class UploadChain:
         return self._compress
 
     @property
+    def decision(self) -> bool | None:
+        """Whether the segment's chunks go through compression; None until that is decided."""
+        return self._compress if self._decided else None
+
+    @property
     def seal_stage(self) -> SealStage:
         """The segment's seal stage, with what the segment entry records of it (salt, CRC32Cs)."""
         return self._seal

@@ -206,6 +206,15 @@ class SegmentEncoder:
         # object_start False: a multipart part after the first, its data starting anywhere in the object.
         self._chain = UploadChain(ctx, settings, segment_no, salt=salt, object_start=object_start)
 
+    def stored_size_if_raw(self, original_size: int) -> int | None:
+        """The stored size of a segment of `original_size` bytes whose compression decision is no: every
+        chunk stored as it is, plus the seal's overhead. None while the decision is not made, or when it
+        is yes (compressed chunks have sizes known only once sealed)."""
+        if self._chain.decision is not False:
+            return None
+        chunks = -(-original_size // self._chunk_size)
+        return original_size + chunks * self._chain.stages.overhead
+
     @property
     def info(self) -> SegmentInfo:
         """The segment's manifest entry; available once finish() (or conclude()) has returned."""

@@ -15,7 +15,7 @@ from tsproxy.s3.limits import check_part_number
 from tsproxy.server import listing, object_handlers
 from tsproxy.server.exchange import OWNER_ID, XML_DECLARATION, Exchange, xml_response
 from tsproxy.server.headers import content_type, stored_headers, user_metadata
-from tsproxy.server.request_body import BodyResult, content_md5
+from tsproxy.server.request_body import BodyResult, content_md5, declared_length
 from tsproxy.service.multipart import CompletedUpload
 
 # A completion still running after this many seconds answers 200 at once and keeps the connection alive.
@@ -60,6 +60,7 @@ async def upload_part(ex: Exchange) -> web.StreamResponse:
             part_no,
             ex.payload(result, verify_md5=False),
             content_md5=content_md5(ex.request.headers),
+            size_hint=declared_length(ex.request.headers),
         )
     finally:
         ex.metrics.multipart_in_progress.dec()

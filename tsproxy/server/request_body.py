@@ -59,6 +59,13 @@ def _declared_length(headers: Mapping[str, str], chunked: bool) -> int | None:
     return value
 
 
+def declared_length(headers: Mapping[str, str]) -> int | None:
+    """The payload's length as the request declares it (x-amz-decoded-content-length for aws-chunked),
+    or None; the payload itself is checked against it as it is read (IncompleteBody)."""
+    raw = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
+    return int(raw) if raw and raw.isascii() and raw.isdigit() else None
+
+
 def content_md5(headers: Mapping[str, str]) -> bytes | None:
     """The digest the Content-MD5 header gives, None without one; InvalidDigest when it is malformed."""
     raw = headers.get("content-md5")

@@ -22,13 +22,14 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tsproxy import errors
 from tsproxy.format import (
     ObjectContext,
+    SegmentEncoder,
     SegmentInfo,
     build_manifest,
     encode_tail,
@@ -179,8 +180,12 @@ class UploadOps(RecordOps):
         payload: AsyncIterable[bytes | memoryview],
         *,
         content_md5: bytes | None = None,
+        size_hint: int | None = None,
     ) -> PartRecord:
         """Transform one client part as its own segment and keep it until the upload completes.
+
+        size_hint: the part's length as the request declares it (checked as the payload is read): a
+        part stored uncompressed has a stored size known from it, and goes to the backend as it is sealed.
 
         content_md5: the client's Content-MD5, checked against the transform's own MD5 of the part
         (BadDigest, and nothing kept, when they differ).
@@ -188,12 +193,12 @@ class UploadOps(RecordOps):
         check_part_number(part_no)
         state = await self._upload_state(bucket, key, upload_id)
         if state.backend_upload is None:
-            return await self._take_part(bucket, key, state, None, part_no, payload, content_md5)
+            return await self._take_part(bucket, key, state, None, part_no, payload, content_md5, size_hint)
         entry = self._entry(bucket, state, state_stored=ticket_of(state.upload_id) is None)
         entry.in_flight += 1  # the upload is busy: its records wait
         entry.last_activity = time.monotonic()
         try:
-            return await self._take_part(bucket, key, state, entry, part_no, payload, content_md5)
+            return await self._take_part(bucket, key, state, entry, part_no, payload, content_md5, size_hint)
         finally:
             entry.in_flight -= 1
             entry.last_activity = time.monotonic()
@@ -207,15 +212,23 @@ class UploadOps(RecordOps):
         part_no: int,
         payload: AsyncIterable[bytes | memoryview],
         content_md5: bytes | None,
+        size_hint: int | None = None,
     ) -> PartRecord:
         ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
         # A resent part goes to a fresh data object; the .info written after it switches over atomically.
         data_loc = self._upload_loc(bucket, state.upload_id, f"{part_no:05d}-{secrets.token_hex(8)}")
         result: dict[str, SegmentInfo] = {}
+        encoders: list[SegmentEncoder] = []
 
-        async def stored() -> AsyncIterator[bytes]:
+        async def stored() -> AsyncGenerator[bytes, None]:
             async for item in self._encode(
-                ctx, state.settings, part_no, payload, object_start=part_no == 1, expected_md5=content_md5
+                ctx,
+                state.settings,
+                part_no,
+                payload,
+                object_start=part_no == 1,
+                expected_md5=content_md5,
+                on_encoder=encoders.append,
             ):
                 if isinstance(item, SegmentInfo):
                     result["segment"] = item
@@ -224,10 +237,37 @@ class UploadOps(RecordOps):
 
         record: PartRecord | None = None
         if state.backend_upload is not None:
+            backend = multipart_of(self.backend)
+            chunks = stored()
+            first = await anext(chunks, None)
+            # Its first chunk sealed, the part knows whether it is compressed; uncompressed (Kafka
+            # batches their producer compressed), its stored size follows from its declared length, and
+            # it goes to the backend as it is sealed instead of after its last byte arrived.
+            raw = encoders[0].stored_size_if_raw(size_hint) if size_hint is not None and encoders else None
+            if first is not None and raw is not None and raw >= backend.min_part_size and part_no < MAX_PARTS:
+                dst = self.ns.object(bucket, key)
+                try:
+                    etag = await backend.upload_part(
+                        dst.bucket,
+                        dst.key,
+                        state.backend_upload,
+                        part_no,
+                        chain(first, chunks),
+                        raw,
+                        content_md5=lambda: stored_digest(result["segment"]),
+                    )
+                finally:
+                    await chunks.aclose()  # a failed upload stops receiving and sealing now
+                seg, received = result["segment"], datetime.now(UTC)
+                record = PartRecord(
+                    part_no, seg.md5.hex(), seg.original_size, "", seg, received, etag, received=received
+                )
+                return await self._keep_record(bucket, entry, state, record, None)
             # Held whole up to one backend part (as a streamed PUT holds one): then it is known whether
             # it is big enough to be a backend part of its own.
-            head, rest = await buffer_head(stored(), self.part_size)
-            backend = multipart_of(self.backend)
+            head, rest = await buffer_head(
+                chain(first, chunks) if first is not None else chunks, self.part_size
+            )
             if rest is None:
                 seg, received = result["segment"], datetime.now(UTC)
                 fields = (part_no, seg.md5.hex(), seg.original_size, "", seg, received)
@@ -258,6 +298,17 @@ class UploadOps(RecordOps):
             )
             if entry is not None:
                 entry.written.add(data_loc.key)
+        return await self._keep_record(bucket, entry, state, record, data_loc)
+
+    async def _keep_record(
+        self,
+        bucket: str,
+        entry: PendingUpload | None,
+        state: UploadState,
+        record: PartRecord,
+        data_loc: Location | None,
+    ) -> PartRecord:
+        """Hold a part's record until the upload goes quiet, or write it now."""
         # A part kept in its record (its stored form below the backend's minimum part size) is held
         # only when it can be nothing but the upload's last part (under S3's 5 MiB minimum for all
         # others): a compressed middle part's record, stored bytes and all, is written at once, so an
@@ -274,7 +325,7 @@ class UploadOps(RecordOps):
         try:
             return await self._write_now(bucket, entry, state, record)
         except BaseException:
-            if record.data_key:
+            if record.data_key and data_loc is not None:
                 await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
 
@@ -550,3 +601,10 @@ class UploadOps(RecordOps):
         held = [e for e in self.pending if e.bucket == bucket and not e.closed and not e.state_written]
         states += [e.state for e in held if e.name not in stored]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
+
+
+def stored_digest(segment: SegmentInfo) -> bytes:
+    """The MD5 of a segment's stored chunks, which the store path computes as it seals them."""
+    if segment.stored_md5 is None:
+        raise errors.InternalError("a segment sealed without the MD5 of its stored chunks")
+    return segment.stored_md5

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import hashlib
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from tsproxy import errors
@@ -65,6 +65,7 @@ class WriteOps(ReadOps):
         object_start: bool = True,
         expected_md5: bytes | None = None,
         stored_md5: Any = None,
+        on_encoder: Callable[[SegmentEncoder], None] | None = None,
     ) -> AsyncIterator[bytes | SegmentInfo]:
         """Transform a payload stream into stored chunks; the last item yielded is the SegmentInfo.
 
@@ -75,6 +76,8 @@ class WriteOps(ReadOps):
         stored_md5: a hashlib MD5 object to feed the stored chunks to (the caller goes on with what it
         stores after them); by default one of the segment's own. Either way SegmentInfo.stored_md5 is
         the MD5 of the chunks, so the backend need not hash them again.
+        on_encoder: given the segment's encoder as it is made, so the caller can ask it (between chunks)
+        what it has decided, e.g. whether the stored size is known before the chunks are.
 
         The stages overlap, on the event loop and the CPU pool's threads: a task receives the payload
         into batches of whole chunks ahead of the transform (at most BATCHES_AHEAD wait); each batch's
@@ -94,6 +97,8 @@ class WriteOps(ReadOps):
             hash_payload=False,
             stored_md5=hashlib.md5(usedforsecurity=False) if stored_md5 is None else stored_md5,
         )
+        if on_encoder is not None:
+            on_encoder(encoder)
         batches = PayloadBatches(payload, batch_size(settings.chunk_size), BATCHES_AHEAD)
         # Batches of whole chunks are cut into views of them, on the loop; a chunk larger than a batch is
         # gathered from several by a copy, which is the pool's work.

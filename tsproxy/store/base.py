@@ -220,7 +220,7 @@ class MultipartCapable(Protocol):
         body: Body,
         size: int | None = None,
         *,
-        content_md5: bytes | None = None,
+        content_md5: BodyMD5 | None = None,
     ) -> str: ...
 
     async def upload_part_copy(

@@ -22,6 +22,7 @@ from typing import Any
 from tsproxy import errors
 from tsproxy.store.base import (
     Body,
+    BodyMD5,
     ObjectInfo,
     UploadInfo,
     Uploads,
@@ -119,7 +120,7 @@ class LocalMultipart(LocalTree):
         body: Body,
         size: int | None = None,
         *,
-        content_md5: bytes | None = None,
+        content_md5: BodyMD5 | None = None,
     ) -> str:
         check_part_number(part_no)
         upload_dir = self._upload_dir(bucket, key, upload_id)

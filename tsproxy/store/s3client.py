@@ -180,6 +180,9 @@ class S3Client:
         self.copy_part_size = copy_part_size
         self.read_size = read_size
         self.content_md5 = content_md5
+        # Whether this store's part ETags are their MD5s, which lets a part go out unhashed as it is produced
+        # and be checked by its ETag (s3multipart); set false by the first part that shows otherwise.
+        self.etags_are_md5 = True
         self.executor = executor
         self.on_request = on_request
         self.observer = observer_of(on_request)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from tsproxy.store.base import (
     MAX_PART_SIZE,
     MAX_PARTS,
     Body,
+    BodyMD5,
     ObjectInfo,
     UploadInfo,
     Uploads,
@@ -32,6 +34,9 @@ from tsproxy.store.base import (
     unquote_etag,
 )
 from tsproxy.store.s3client import S3Client, quote_etag, utc
+
+# An ETag that can be a body's MD5 (S3 and most stores give one for a part sent unencrypted or with SSE-S3).
+_MD5_ETAG = re.compile(r"[0-9a-f]{32}")
 
 
 class S3Multipart(S3Client):
@@ -63,13 +68,24 @@ class S3Multipart(S3Client):
         body: Body,
         size: int | None = None,
         *,
-        content_md5: bytes | None = None,
+        content_md5: BodyMD5 | None = None,
     ) -> str:
-        """Upload one part. A streamed body is gathered first (one part in memory) so it can be retried.
+        """Upload one part. A streamed body is gathered first (one part in memory) so it can be retried,
+        unless its size is known and its MD5 comes when it ends: then it is sent as it is produced (see
+        _upload_part_as_produced).
 
         content_md5: the body's MD5 when the caller has it (else it is hashed here): the store checks it.
         """
         check_part_number(part_no)
+        if (
+            not isinstance(body, bytes | bytearray | memoryview)
+            and size is not None
+            and callable(content_md5)
+        ):
+            if self.lean is not None and self.etags_are_md5 and size <= MAX_PART_SIZE:
+                return await self._upload_part_as_produced(
+                    bucket, key, upload_id, part_no, body, size, content_md5
+                )
         if isinstance(body, bytes | bytearray):
             data: bytes | bytearray = body
         elif isinstance(body, memoryview):
@@ -89,7 +105,7 @@ class S3Multipart(S3Client):
             "PartNumber": part_no,
             "Body": data,
         }
-        md5 = await self._md5(data, content_md5)
+        md5 = await self._md5(data, content_md5() if callable(content_md5) else content_md5)
         if md5:
             params["ContentMD5"] = md5
         response = await self._request(
@@ -97,6 +113,66 @@ class S3Multipart(S3Client):
             bytes_out=len(data), **params,
         )  # fmt: skip
         return unquote_etag(response["ETag"])
+
+    async def _upload_part_as_produced(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_no: int,
+        body: AsyncIterable[bytes],
+        size: int,
+        content_md5: Callable[[], bytes],
+    ) -> str:
+        """UploadPart sent while its body is still being produced (an uncompressed part goes out as it is
+        received and sealed, instead of after its last byte), then checked: without a Content-MD5 (the
+        digest is known only at the end), the ETag the store answers must be the MD5 of what was sent.
+
+        The pieces sent are kept (the memory a gathered part takes anyway): on any failure of the
+        request, or an ETag that is not that MD5, the part is sent again from them with its Content-MD5,
+        as a gathered part is. A store whose part ETags are not MD5s (SSE-KMS) gets gathered parts from
+        then on. The body's own failure (a client gone, a failed check) ends the upload with that error,
+        the request cut off before it is whole, so the store keeps nothing of it.
+        """
+        assert self.lean is not None
+        kept: list[bytes] = []
+        source_error: list[BaseException] = []
+
+        async def teed() -> AsyncIterator[bytes]:
+            try:
+                async for piece in body:
+                    kept.append(piece)
+                    yield piece
+            except Exception as e:  # the body's own failure, not the request's
+                source_error.append(e)
+                raise
+
+        etag: str | None = None
+        with self._call("UploadPart") as call:
+            await call.admit()
+            try:
+                etag = unquote_etag(
+                    await self.lean.upload_part(bucket, key, upload_id, part_no, size, teed())
+                )
+                call.bytes_out += size
+            except Exception as e:
+                if source_error:
+                    raise source_error[0] from None
+                if not s3errors.is_retryable(e):
+                    raise s3errors.to_s3_error(e, not_found=errors.NoSuchUpload, UploadId=upload_id) from e
+                call.retries += 1  # sent again below, gathered, with the retry loop's own attempts
+        if source_error:
+            raise source_error[0]
+        # The rest of the body, when the store failed before it was all sent.
+        async for piece in body:
+            kept.append(piece)
+        digest = content_md5()
+        if etag is not None and etag == digest.hex():
+            return etag
+        if etag is not None and not _MD5_ETAG.fullmatch(etag):
+            self.etags_are_md5 = False  # can't check a part sent unhashed: gather them from now on
+        data = b"".join(kept)
+        return await self.upload_part(bucket, key, upload_id, part_no, data, size, content_md5=digest)
 
     async def upload_part_copy(
         self,
