@@ -52,7 +52,7 @@ from tsproxy.store.base import (
 )
 from tsproxy.store.observe import BackendCall, OnRequest, observer_of
 from tsproxy.store.retry import Backoff
-from tsproxy.store.s3lean import Credentials, LeanGets
+from tsproxy.store.s3lean import Credentials, LeanRequests
 from tsproxy.store.s3listparse import LeanParserFactory
 
 T = TypeVar("T")
@@ -208,7 +208,7 @@ class S3Client:
         self._stack: contextlib.AsyncExitStack | None = None
         self._client: Any = None
         self._session: AioSession | None = None
-        self.lean: LeanGets | None = None
+        self.lean: LeanRequests | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.endpoint or 'aws'!r})"
@@ -236,7 +236,7 @@ class S3Client:
         )
         self._stack = stack
         if self._lean_wanted:
-            lean = LeanGets(
+            lean = LeanRequests(
                 self._client.meta.endpoint_url,
                 region=self._client.meta.region_name or self.region,
                 path_style=self.path_style,
