@@ -128,7 +128,7 @@ class LeanBody:
 
 
 class LeanRequests:
-    """Signed GetObject and streamed UploadPart requests on an aiohttp session of their own (one per backend)."""
+    """Signed GetObject and streamed UploadPart requests, on an aiohttp session of their own."""
 
     def __init__(
         self,
