@@ -22,6 +22,7 @@ UploadPart is here for one case botocore cannot serve: a body sent while it is s
 with its length known in advance (an uncompressed part, see s3multipart). Everything else (listings,
 PUTs, other uploads, HEADs, buckets) stays on botocore.
 """
+
 from __future__ import annotations
 
 import asyncio
