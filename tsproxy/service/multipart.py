@@ -309,19 +309,18 @@ class UploadOps(RecordOps):
         data_loc: Location | None,
     ) -> PartRecord:
         """Hold a part's record until the upload goes quiet, or write it now."""
-        # A part kept in its record (its stored form below the backend's minimum part size) is held
-        # only when it can be nothing but the upload's last part (under S3's 5 MiB minimum for all
-        # others): a compressed middle part's record, stored bytes and all, is written at once, so an
-        # upload of highly compressible parts does not hold them all in memory.
-        last_only = record.inline is None or record.size < MIN_PART_SIZE
-        if (
-            entry is not None
-            and not record.data_key
-            and last_only
-            and self.defers_records
-            and self.pending.hold(entry, record)
-        ):
-            return record  # its record is written when the upload goes quiet
+        if entry is not None and not record.data_key and self.defers_records:
+            if record.inline is not None:
+                # One part kept in its record (its stored form below the backend's minimum part size) is
+                # held per upload: the newest, most likely the last; an older one is a middle part that
+                # compression shrank, written now with its stored bytes, so an upload of highly
+                # compressible parts does not hold them all in memory.
+                for no in sorted(entry.unwritten):
+                    older = entry.parts.get(no)
+                    if no != record.part_no and older is not None and older.inline is not None:
+                        await self._write_now(bucket, entry, state, older)
+            if self.pending.hold(entry, record):
+                return record  # its record is written when the upload goes quiet
         try:
             return await self._write_now(bucket, entry, state, record)
         except BaseException:
