@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -62,7 +63,12 @@ class RunningProxy:
         await self.proxy.stop()
 
     def stop(self) -> None:
-        self.call(self._stop())
+        try:
+            self.call(self._stop())
+        except TimeoutError:
+            # A stop that hangs is a bug in the server: say which tasks it is waiting on.
+            stacks = self.call(_task_stacks(), timeout=10)
+            raise TimeoutError(f"tsproxy did not stop; its tasks:\n{stacks}") from None
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
 
@@ -76,6 +82,15 @@ class RunningProxy:
             region_name="us-east-1",
             config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **config),
         )
+
+
+async def _task_stacks() -> str:
+    """The stack of every task on the running loop but this one, for a stop that hangs."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            task.print_stack(file=out)
+    return out.getvalue()
 
 
 def start_local(tmp: Path, **settings: Any) -> RunningProxy:

@@ -141,20 +141,15 @@ class SizeCatalog:
 
     async def close(self) -> None:
         """Stop the background flush and compactions, and flush what is pending once more."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-            self._flusher = None
-        for task in list(self._loading.values()):
+        # asyncio.wait, not `await task` under suppress(CancelledError): that would also swallow a
+        # cancellation of close() itself (a stop's time limit), and the stop would wait on regardless.
+        tasks = [t for t in (self._flusher, *self._loading.values()) if t is not None]
+        tasks += [s.compacting for s in self._buckets.values() if s.compacting is not None]
+        self._flusher = None
+        for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for state in self._buckets.values():
-            if state.compacting is not None:
-                state.compacting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await state.compacting
+        if tasks:
+            await asyncio.wait(tasks)
         await self.flush()
 
     async def _flush_loop(self) -> None:
@@ -278,10 +273,9 @@ class SizeCatalog:
 
     async def settle(self) -> None:
         """Wait for the compactions under way (close() cancels them instead)."""
-        for state in list(self._buckets.values()):
-            if state.compacting is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await state.compacting
+        compactions = [s.compacting for s in self._buckets.values() if s.compacting is not None]
+        if compactions:
+            await asyncio.wait(compactions)  # their outcome is theirs to log; a cancelled settle() is ours
 
     async def _compact(self, bucket: str, state: _Bucket, merged: list[str]) -> None:
         """Write what the index holds as one object, then delete the `merged` ones it came from."""
