@@ -53,11 +53,12 @@ CHUNK_BYTES = 4 * MIB  # the Aiven plugin's recommended chunk size
 PART_BYTES = 25 * MIB  # client multipart part size
 UPLOAD_CONCURRENCY = 4  # parts in flight at once, as `aws s3 cp` would
 PUT_BYTES = 64 * MIB  # one PutObject
+PUT_COUNT = 4  # PutObjects one after another, as a sink writing object after object
 BATCH_BYTES = 16 << 10  # a Java producer's default batch.size
 
 UPLOAD_SERIAL = "upload 1 in flight"  # a broker's remote storage plugin: one part after another
 UPLOAD = "upload 4 in flight"
-PUT = "put 64MiB"
+PUT = "put 64MiB x4"
 UPLOAD_SCENARIOS = (UPLOAD_SERIAL, UPLOAD, PUT)
 SEQ_COLD = "seq 1MiB cold"
 SEQ_WARM = "seq 1MiB warm"
@@ -794,20 +795,28 @@ def measure_upload(
 def measure_put(
     system: System, weed: SeaweedFS, key: str, data: bytes, client_kind: str = "lean"
 ) -> Measurement:
-    """One PutObject of `data`."""
+    """PUT_COUNT PutObjects of PUT_BYTES each, one after another (a sink writes object after object;
+    one alone would mostly measure a first request), each a different slice of `data` where it is long
+    enough."""
     client = scenario_client(system, client_kind)
+    size = min(PUT_BYTES, len(data))
+    bodies = [data[(i * size) % (len(data) - size + 1) :][:size] for i in range(PUT_COUNT)]
     before = settled_traffic(weed, system.backend_bucket)
+    latencies: list[float] = []
     begin = time.perf_counter()
-    if isinstance(client, Boto3S3):
-        client.put_object(system.bucket, key, data)
-    else:
-        status, _, body = client.request("PUT", LeanS3.path(system.bucket, key), body=data)
-        if status != 200:
-            raise RuntimeError(f"PUT {key}: {status} {body[:300]!r}")
+    for i, body in enumerate(bodies):
+        started = time.perf_counter()
+        if isinstance(client, Boto3S3):
+            client.put_object(system.bucket, f"{key}{i}", body)
+        else:
+            status, _, answer = client.request("PUT", LeanS3.path(system.bucket, f"{key}{i}"), body=body)
+            if status != 200:
+                raise RuntimeError(f"PUT {key}{i}: {status} {answer[:300]!r}")
+        latencies.append(time.perf_counter() - started)
     seconds = time.perf_counter() - begin
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
-    return Measurement(len(data), seconds, (seconds,), after - before)
+    return Measurement(size * len(bodies), seconds, tuple(latencies), after - before)
 
 
 # -- goals -------------------------------------------------------------------------------------------
