@@ -141,15 +141,14 @@ class SizeCatalog:
 
     async def close(self) -> None:
         """Stop the background flush and compactions, and flush what is pending once more."""
-        # asyncio.wait, not `await task` under suppress(CancelledError): that would also swallow a
-        # cancellation of close() itself (a stop's time limit), and the stop would wait on regardless.
+        # Collected with gather, not `await task` under suppress(CancelledError): that would also swallow
+        # a cancellation of close() itself (a stop's time limit), and the stop would wait on regardless.
         tasks = [t for t in (self._flusher, *self._loading.values()) if t is not None]
         tasks += [s.compacting for s in self._buckets.values() if s.compacting is not None]
         self._flusher = None
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.flush()
 
     async def _flush_loop(self) -> None:
@@ -275,7 +274,8 @@ class SizeCatalog:
         """Wait for the compactions under way (close() cancels them instead)."""
         compactions = [s.compacting for s in self._buckets.values() if s.compacting is not None]
         if compactions:
-            await asyncio.wait(compactions)  # their outcome is theirs to log; a cancelled settle() is ours
+            # wait, not gather: a cancelled settle() must not cancel them. They log their own failures.
+            await asyncio.wait(compactions)
 
     async def _compact(self, bucket: str, state: _Bucket, merged: list[str]) -> None:
         """Write what the index holds as one object, then delete the `merged` ones it came from."""
