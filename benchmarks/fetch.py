@@ -11,8 +11,8 @@ against three S3 endpoints over the same SeaweedFS:
 - rclone: `rclone serve s3 --vfs-cache-mode full` over a zstd `compress` remote over a `crypt` remote.
 
 Scenarios, per system: a multipart upload in 25 MiB parts sent one after another (as a broker's remote
-storage plugin does), the same with 4 parts in flight (as the aws cli does), four 64 MiB PutObjects
-one after another;
+storage plugin does), the same with 4 parts in flight (as the aws cli does), the segment's first
+64 MiB as four PutObjects one after another (under four keys);
 sequential 1 MiB fetches from offset 0 to the end on an empty cache ("cold": tsproxy and rclone
 restarted on a new cache directory), then the same again ("warm"); sequential 4 MiB chunk reads, cold;
 random 1 MiB fetches, cold. A fetch

@@ -52,7 +52,7 @@ FETCH_BYTES = 1 * MIB  # a consumer fetch (max.partition.fetch.bytes)
 CHUNK_BYTES = 4 * MIB  # the Aiven plugin's recommended chunk size
 PART_BYTES = 25 * MIB  # client multipart part size
 UPLOAD_CONCURRENCY = 4  # parts in flight at once, as `aws s3 cp` would
-PUT_BYTES = 64 * MIB  # one PutObject
+PUT_BYTES = 64 * MIB  # one PutObject: the segment's first 64 MiB, so it starts at a batch
 PUT_COUNT = 4  # PutObjects one after another, as a sink writing object after object
 BATCH_BYTES = 16 << 10  # a Java producer's default batch.size
 
@@ -795,28 +795,25 @@ def measure_upload(
 def measure_put(
     system: System, weed: SeaweedFS, key: str, data: bytes, client_kind: str = "lean"
 ) -> Measurement:
-    """PUT_COUNT PutObjects of PUT_BYTES each, one after another (a sink writes object after object;
-    one alone would mostly measure a first request), each a different slice of `data` where it is long
-    enough."""
+    """PUT_COUNT PutObjects of `data`, one after another under keys `key`0, `key`1, ... (a sink writes
+    object after object; one alone would mostly measure a first request)."""
     client = scenario_client(system, client_kind)
-    size = min(PUT_BYTES, len(data))
-    bodies = [data[(i * size) % (len(data) - size + 1) :][:size] for i in range(PUT_COUNT)]
     before = settled_traffic(weed, system.backend_bucket)
     latencies: list[float] = []
     begin = time.perf_counter()
-    for i, body in enumerate(bodies):
+    for i in range(PUT_COUNT):
         started = time.perf_counter()
         if isinstance(client, Boto3S3):
-            client.put_object(system.bucket, f"{key}{i}", body)
+            client.put_object(system.bucket, f"{key}{i}", data)
         else:
-            status, _, answer = client.request("PUT", LeanS3.path(system.bucket, f"{key}{i}"), body=body)
+            status, _, answer = client.request("PUT", LeanS3.path(system.bucket, f"{key}{i}"), body=data)
             if status != 200:
                 raise RuntimeError(f"PUT {key}{i}: {status} {answer[:300]!r}")
         latencies.append(time.perf_counter() - started)
     seconds = time.perf_counter() - begin
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
-    return Measurement(size * len(bodies), seconds, tuple(latencies), after - before)
+    return Measurement(len(data) * PUT_COUNT, seconds, tuple(latencies), after - before)
 
 
 # -- goals -------------------------------------------------------------------------------------------
