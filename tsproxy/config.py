@@ -256,6 +256,7 @@ class CacheSettings:
     directory: Path | None
     size: int
     encrypt: bool
+    direct_io: bool
     memory_bytes: int
     prefetch_bytes: int
 
@@ -308,6 +309,8 @@ class Config:
     cache_dir: Path | None = field(default=Path(defaults.CACHE_DIR), metadata=parsed_by(_parse_optional_path))
     cache_size: int = field(default=defaults.CACHE_SIZE, metadata=parsed_by(parse_size))
     cache_encrypt: bool = field(default=defaults.CACHE_ENCRYPT, metadata=parsed_by(parse_bool))
+    # entry files written with O_DIRECT (cache.chunks); buffered where the file system refuses it
+    cache_direct_io: bool = field(default=defaults.CACHE_DIRECT_IO, metadata=parsed_by(parse_bool))
     # decoded chunks kept in memory in front of the disk cache
     memory_cache_size: int = field(
         default=defaults.MEMORY_CACHE_SIZE,
@@ -437,6 +440,7 @@ class Config:
             directory=self.cache_dir,
             size=self.cache_size,
             encrypt=self.cache_encrypt,
+            direct_io=self.cache_direct_io,
             memory_bytes=self.memory_cache_size,
             prefetch_bytes=self.prefetch,
         )

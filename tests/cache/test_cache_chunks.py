@@ -16,6 +16,7 @@ from tsproxy.cache.chunks import ChunkCache, ChunkKey
 from tsproxy.metrics import Metrics
 
 KIB = 1024
+MIB = 1024 * KIB
 OID_A = bytes(range(16))
 OID_B = bytes(range(1, 17))
 
@@ -324,3 +325,106 @@ async def test_lookups_never_wait_behind_puts(cache: ChunkCache) -> None:
     await asyncio.gather(*puts)
     for n in range(9):
         assert await cache.get(key(n)) == payload(n)
+
+
+# -- O_DIRECT entry files ------------------------------------------------------------------------------
+
+ENTRY_HEADER = 9  # kind, payload length, CRC32C
+
+
+def writes_direct(c: ChunkCache) -> bool:
+    """Whether the cache writes its entries with O_DIRECT (the test directory's file system allows it)."""
+    return c._cache.disk.direct is not None
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096 - ENTRY_HEADER, 4096 - ENTRY_HEADER + 1, 256 * KIB, 3 * MIB + 5])
+async def test_direct_entries_are_padded_to_blocks_and_read_back(
+    cache: ChunkCache, cache_dir: Path, size: int
+) -> None:
+    await cache.put(key(0), payload(0, size))
+    if not writes_direct(cache):
+        pytest.skip("this file system refuses O_DIRECT")
+    on_disk = only_value_file(cache_dir).stat().st_size
+    assert on_disk % 4096 == 0 and 0 <= on_disk - (ENTRY_HEADER + size) < 4096
+    got = await cache.get(key(0))
+    assert got is not None and bytes(got) == payload(0, size)
+    assert cache.corrupt == 0
+
+
+@pytest.mark.parametrize("damage", ["nonzero padding", "a block too much"])
+async def test_padding_that_is_not_the_writers_is_damage(
+    cache: ChunkCache, cache_dir: Path, damage: str
+) -> None:
+    await cache.put(key(0), payload(0, 1000))
+    path = only_value_file(cache_dir)
+    raw = bytearray(path.read_bytes()[: ENTRY_HEADER + 1000])
+    raw += bytes(4096 - len(raw))
+    if damage == "nonzero padding":
+        raw[-1] = 1
+    else:
+        raw += bytes(4096)
+    path.write_bytes(raw)
+    assert await cache.get(key(0)) is None
+    assert cache.corrupt == 1
+
+
+async def test_buffered_when_direct_io_is_off(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io=False)
+    try:
+        await c.put(key(0), payload(0, 1000))
+        assert not writes_direct(c)
+        assert only_value_file(cache_dir).stat().st_size == ENTRY_HEADER + 1000  # as releases before wrote it
+        assert bytes(await c.get(key(0)) or b"?") == payload(0, 1000)
+    finally:
+        c.close()
+    # An entry written either way is read by the other.
+    again = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io=True)
+    try:
+        await again.put(key(1), payload(1, 1000))
+        assert bytes(await again.get(key(0)) or b"?") == payload(0, 1000)
+        assert bytes(await again.get(key(1)) or b"?") == payload(1, 1000)
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("refused_at", ["open", "write"])
+async def test_a_file_system_refusing_o_direct_gets_buffered_entries(
+    cache: ChunkCache,
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    refused_at: str,
+) -> None:
+    import errno
+
+    from tsproxy.cache import chunks
+
+    real_open, real_write = os.open, os.write
+    direct_fds: set[int] = set()
+
+    def fake_open(path: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_DIRECT and refused_at == "open":
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        fd = real_open(path, flags, mode)
+        if flags & os.O_DIRECT:
+            direct_fds.add(fd)
+        return fd
+
+    def fake_write(fd: int, data: bytes | memoryview) -> int:
+        if fd in direct_fds:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    # The refusal a file system without O_DIRECT gives (EINVAL), at open or at the first write.
+    monkeypatch.setattr(chunks.os, "open", fake_open)
+    monkeypatch.setattr(chunks.os, "write", fake_write)
+    with caplog.at_level("INFO", logger="tsproxy.cache"):
+        await cache.put(key(0), payload(0, 1000))
+        await cache.put(key(1), payload(1, 1000))
+    assert not writes_direct(cache)
+    assert [r.getMessage() for r in caplog.records if "O_DIRECT" in r.getMessage()] == [
+        "chunk cache directory refuses O_DIRECT; entries are written through the page cache"
+    ]
+    assert sorted(p.stat().st_size for p in value_files(cache_dir)) == [ENTRY_HEADER + 1000] * 2
+    for n in (0, 1):
+        assert bytes(await cache.get(key(n)) or b"?") == payload(n, 1000)

@@ -98,6 +98,7 @@ class Proxy:
                     caching.size,
                     executor=self.io_executor,
                     metrics=self.metrics,
+                    direct_io=caching.direct_io,
                 )
             except Exception as e:  # sqlite3 "unable to open database file" and kin
                 raise startup.cache_error(cfg, e) from e
