@@ -8,6 +8,7 @@ import stat
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from awscrt.checksums import crc32c
@@ -428,3 +429,82 @@ async def test_a_file_system_refusing_o_direct_gets_buffered_entries(
     assert sorted(p.stat().st_size for p in value_files(cache_dir)) == [ENTRY_HEADER + 1000] * 2
     for n in (0, 1):
         assert bytes(await cache.get(key(n)) or b"?") == payload(n, 1000)
+
+
+# -- keys known to the process -------------------------------------------------------------------------
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that counts the work handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(2, thread_name_prefix="test-cache-counting")
+        self.submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_a_key_never_cached_is_answered_without_the_database(cache_dir: Path) -> None:
+    pool = CountingExecutor()
+    c = ChunkCache(cache_dir, 64 << 20, executor=pool)
+    try:
+        await c.put(key(0), payload(0))
+        pool.submitted = 0
+        assert await c.get(key(1)) is None
+        assert await c.contains_many([key(1), key(2)]) == [False, False]
+        assert pool.submitted == 0
+        # A key that has an entry is looked up, and so is every key of a mixed question.
+        assert await c.contains_many([key(1), key(0)]) == [False, True]
+        assert bytes(await c.get(key(0)) or b"") == payload(0)
+        assert pool.submitted == 2
+    finally:
+        c.close()
+        pool.shutdown()
+
+
+async def test_known_keys_follow_restarts_deletes_and_evictions(
+    cache_dir: Path, io_executor: ThreadPoolExecutor
+) -> None:
+    first = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    await first.put(key(0), payload(0))
+    await first.put(key(1), payload(1))
+    first.close()
+    c = ChunkCache(cache_dir, 2 << 20, executor=io_executor)  # 2 MiB: about 7 entries of 256 KiB
+    try:
+        assert bytes(await c.get(key(0)) or b"") == payload(0)  # cached by the previous run
+        await c.discard_stale(key(1))
+        assert await c.get(key(1)) is None
+        for n in range(2, 400):
+            await c.put(key(n), payload(n))
+        entries = len(c)
+        assert entries < 10
+        # Evicted keys are forgotten in batches: what the process remembers stays near the cache's size.
+        assert len(c._known) <= 2 * entries + 64 + 1
+        assert await c.get(key(2)) is None  # evicted long ago
+        assert bytes(await c.get(key(399)) or b"") == payload(399)
+    finally:
+        c.close()
+
+
+async def test_keys_that_cannot_be_listed_are_all_looked_up(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    first = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    await first.put(key(0), payload(0))
+    first.close()
+
+    def broken(self: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr("diskcache.Cache.iterkeys", broken)
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    try:
+        assert bytes(await c.get(key(0)) or b"") == payload(0)
+        assert await c.get(key(1)) is None
+        assert await c.contains_many([key(0), key(1)]) == [True, False]
+    finally:
+        c.close()

@@ -594,7 +594,7 @@ async def test_a_reader_hanging_up_does_not_fail_the_others(
     cache: ChunkCache, executor: ThreadPoolExecutor
 ) -> None:
     obj = make_object(random_data(2 * MIB), chunk_size=256 * KIB)
-    reader = ChunkReader(cache, executor)
+    reader = ChunkReader(cache, executor, prefetch_bytes=0)  # only the read's own chunks are fetched
     gate = asyncio.Event()
     fetch = CountingFetch(obj, gate=gate)
     leaver = asyncio.create_task(read_all(reader, obj, fetch, 0, MIB))
@@ -765,4 +765,68 @@ async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
     assert await read_all(reader, obj, fetch, 4 * MIB, 5 * MIB - 1) == obj.data[4 * MIB : 5 * MIB]
     assert await read_all(reader, obj, fetch, 5 * MIB, 6 * MIB - 1) == obj.data[5 * MIB : 6 * MIB]
     assert len(fetch.calls) == 1 and chunk_key(obj, 1) in reader._hot
+    await reader.close()
+
+
+async def test_seeks_into_a_chunk_decode_its_stored_bytes_from_memory(
+    executor: ThreadPoolExecutor, ring: KeyRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seek keeps the chunk's stored bytes (not its plaintext) in memory: the next seek into the same
+    chunk is decoded from them, with no request and, again, only the frames it needs inflated."""
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    inflated: list[int] = []
+    real_inflate = ZstdStage._inflate
+
+    def counting(self: ZstdStage, payload: bytes | memoryview, frame: Frame) -> bytes:
+        inflated.append(frame.content_size)
+        return real_inflate(self, payload, frame)
+
+    monkeypatch.setattr(ZstdStage, "_inflate", counting)
+    reader = ChunkReader(None, executor, prefetch_bytes=0)  # no disk cache: memory or the backend
+    fetch = CountingFetch(obj)
+    # Each before the one before it: seeks, none continuing another (which would read the chunk whole).
+    seeks = [(4 * MIB + 3 * MIB + 5, 10), (4 * MIB + 2_500_000, 200_000), (4 * MIB + 100, 1000)]
+    for first, length in seeks:
+        inflated.clear()
+        assert (
+            await read_all(reader, obj, fetch, first, first + length - 1) == obj.data[first : first + length]
+        )
+        assert sum(inflated) == MIB, (first, inflated)  # one frame each
+    assert len(fetch.calls) == 1
+    assert chunk_key(obj, 1) not in reader._hot  # no plaintext kept for a seek
+    # The stored bytes are counted against memory_bytes like plaintexts, and go first when least used.
+    small = ChunkReader(
+        None,
+        executor,
+        prefetch_bytes=0,
+        memory_bytes=max(obj.manifest.index.chunk(i).stored_len for i in (0, 1)),
+    )
+    fetch = CountingFetch(obj)
+    for first in (4 * MIB + 10, 10, 4 * MIB + 20):
+        assert await read_all(small, obj, fetch, first, first + 99) == obj.data[first : first + 100]
+    assert len(fetch.calls) == 3
+    assert small._hot.size_bytes <= small._hot.max_bytes
+    await reader.close()
+    await small.close()
+
+
+@pytest.mark.parametrize("first", [0, 4 * MIB])
+async def test_a_read_from_the_first_byte_reads_ahead(
+    cache: ChunkCache, executor: ThreadPoolExecutor, first: int
+) -> None:
+    """A read from byte 0 is taken for the start of a forward scan: the chunks after it are fetched into
+    the cache while the read is served. A first read from anywhere else fetches only its own chunk."""
+    obj = make_object(random_data(24 * MIB), chunk_size=4 * MIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=8 * MIB)
+    fetch = CountingFetch(obj)
+    got = await read_all(reader, obj, fetch, first, first + 4 * MIB - 1)
+    assert got == obj.data[first : first + 4 * MIB]
+    await settle(reader)
+    index = obj.manifest.index
+    own = index.span(first, first + 4 * MIB - 1).stored_end
+    if first == 0:
+        assert fetch.bytes_fetched > own
+        assert [await cache.contains_many([chunk_key(obj, i)]) for i in (1, 2)] == [[True], [True]]
+    else:
+        assert fetch.calls == [(index.chunk(1).stored_offset, own)]
     await reader.close()

@@ -14,7 +14,11 @@ what each of its segments holds (salt, stored chunk sizes and CRC32Cs), so neith
 nor another completion of the same multipart upload can be served from an old entry; the old entries
 age out of the LRU. An entry is
 
-    kind (u8 = 4) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload
+    kind (u8 = 4) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload || padding
+
+where the padding is zeros up to the next multiple of 4096 bytes (fewer than 4096) in a file written with
+O_DIRECT (see _DirectWrites; `direct_io`), and absent in one written through the page cache. Releases
+before padding was written read a padded entry as damaged: deleted, counted and fetched again.
 
 An entry that fails its check (bit rot, a truncated file, a file swapped between keys) is deleted,
 counted as corrupt and reported as a miss; it is never served. An entry of an older layout (kind 1, a
@@ -39,6 +43,11 @@ Damage: a cache is disposable. When its database cannot be opened or fails SQLit
 directory is moved aside as `<dir>.damaged-<UTC time>` (keeping its database for inspection, not its
 chunk files) or, when it cannot be renamed (a volume's mount point), emptied; the cache then starts
 empty, with one log line and `tsproxy_cache_resets_total{reason="damaged"}`.
+
+Lookups of keys the process knows to have no entry (it lists the keys when it opens the cache and adds
+each one it puts) answer at once, without a thread hop or a query: a cold read asks about every chunk it
+fetches. Evicted keys stay in that list until it is listed again, which happens once it holds twice as
+many keys as the cache has entries; a stale key costs only the query it would have cost anyway.
 
 Every diskcache call runs off the event loop: lookups in the executor passed in, puts (the entry
 file's write and the row insert, a few milliseconds a chunk) one at a time in a writer thread of
@@ -89,6 +98,13 @@ _DB_NAME = diskcache.core.DBNAME  # "cache.db"
 _DB_FILES = (_DB_NAME, _DB_NAME + "-wal", _DB_NAME + "-shm")
 # SQLite's primary result codes for a file that is damaged or not a database at all.
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+class _Everything(set[bytes]):
+    """Known keys when they could not be listed: every key may have an entry."""
+
+    def __contains__(self, _key: object) -> bool:
+        return True
 
 
 class _CacheDamaged(Exception):
@@ -272,12 +288,19 @@ class ChunkCache:
             # A restart with a smaller limit: shrink now rather than on the first put.
             self._evictions += self._cache.cull(retry=True)
             self._volume = self._cache.volume()
+        # Keys that may have an entry: every key with one, and some evicted since (diskcache does not
+        # say which). A key not in it has no entry, so a cold read's lookups answer without a thread
+        # hop and a database query. Replaced (never changed in place) by the writer, under _write_lock.
+        self._known: set[bytes] = set()
+        self._relearn()
         self._publish()
 
     # -- reading -----------------------------------------------------------------------------------
 
     async def get(self, key: ChunkKey) -> bytes | memoryview | None:
         """The cached stored bytes of a chunk, or None (absent, unreadable or failed its check)."""
+        if key.to_bytes() not in self._known:
+            return None
         return await self._run(self._get_sync, key)
 
     def _get_sync(self, key: ChunkKey) -> bytes | memoryview | None:
@@ -310,8 +333,14 @@ class ChunkCache:
         await self._run(self._delete_sync, key.to_bytes())
 
     async def contains_many(self, keys: list[ChunkKey]) -> list[bool]:
-        """Whether an entry exists for each key (not checked, not counted as a use for LRU), in one call."""
-        return await self._run(lambda: [self._contains_sync(k) for k in keys])
+        """Whether an entry exists for each key (not checked, not counted as a use for LRU), in one call;
+        only keys that may have one are looked up."""
+        known = self._known
+        maybe = [k for k in keys if k.to_bytes() in known]
+        if not maybe:
+            return [False] * len(keys)
+        found = set(await self._run(lambda: [k for k in maybe if self._contains_sync(k)]))
+        return [k in found for k in keys]
 
     def _contains_sync(self, key: ChunkKey) -> bool:
         try:
@@ -338,11 +367,15 @@ class ChunkCache:
                 before = len(self._cache) + (disk_key not in self._cache)
                 # read=True: the value is a file-like, always stored as a file, never joined in memory.
                 self._cache.set(disk_key, pieces, read=True, retry=True)
+                self._known.add(disk_key)
                 self._volume = self._cache.volume()
                 if self._volume > self.max_bytes:
                     self._cache.cull(retry=True)
                     self._volume = self._cache.volume()
-                evicted = before - len(self._cache)
+                entries = len(self._cache)
+                evicted = before - entries
+                if len(self._known) > 2 * entries + 64:
+                    self._relearn()  # mostly evicted keys by now
         except _STORAGE_ERRORS as e:
             log.warning("chunk cache write failed, chunk not cached: %s", e)
             return
@@ -478,6 +511,7 @@ class ChunkCache:
     def _delete_sync(self, disk_key: bytes) -> bool:
         try:
             with self._write_lock:
+                self._known.discard(disk_key)
                 deleted = bool(self._cache.delete(disk_key, retry=True))
                 self._volume = self._cache.volume()
         except _STORAGE_ERRORS as e:
@@ -485,6 +519,15 @@ class ChunkCache:
             return False
         self._publish()
         return deleted
+
+    def _relearn(self) -> None:
+        """Known keys from the database: exactly those with an entry (at open, and when evictions have
+        left many stale ones). The caller holds _write_lock, or no other thread uses the cache yet."""
+        try:
+            self._known = set(self._cache.iterkeys())
+        except _STORAGE_ERRORS as e:
+            log.warning("chunk cache keys could not be listed; lookups ask the database: %s", e)
+            self._known = _Everything()
 
     def _publish(self) -> None:
         if self._metrics is not None:

@@ -2,7 +2,9 @@
 
 For each chunk a read needs, in order:
 
-1. the few most recently used chunks held in memory (HotChunks) answer repeats at once;
+1. the few most recently used chunks held in memory (HotChunks) answer repeats at once; for a reader
+   seeking about the object, the stored bytes of the chunks seeks touched, held in the same memory
+   bound, are decoded (only the part needed) without reading the disk;
 2. a disk-cache read started ahead for a forward reader (see below) is awaited;
 3. a download already under way (single-flight) is joined;
 4. else the disk cache is asked; a hit costs no backend request, and its stored bytes are decoded;
@@ -45,7 +47,7 @@ from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.metrics import Metrics
 
 from .chunks import ChunkCache, ChunkKey
-from .hot import HotChunks
+from .hot import HotChunks, Sealed
 from .plan import FetchRequest, plan_fetches
 from .prefetch import PrefetchPolicy, Stream
 from .singleflight import Abandoned, SingleFlight, wait
@@ -201,8 +203,11 @@ class ChunkReader:
         index = manifest.index
         i0, i1 = index.chunk_at(first), index.chunk_at(last)
         stream = self._policy.begin(manifest.object_id, first)
-        # Past its own end a read schedules only into the cache, and only for a forward-moving reader.
-        limit = manifest.size if (stream.sequential and self._cache is not None) else last + 1
+        # Past its own end a read schedules only into the cache, and only for a forward-moving reader; a
+        # read from the object's first byte is taken for the start of one (a segment read from its start,
+        # a chunk-by-chunk scan), so its next window is on the way before the second read arrives.
+        forward = stream.sequential or first == 0
+        limit = manifest.size if (forward and self._cache is not None) else last + 1
         rd = _Read(manifest, ctx, fetch, i1, limit, stream)
         try:
             for i in range(i0, i1 + 1):
@@ -247,7 +252,9 @@ class ChunkReader:
             data = await wait(self._promoting[key])  # None: evicted from the disk cache meanwhile
         if data is None and fut is None:
             fut = self._flights.join(key)
-            if fut is None and self._cache is not None:
+            if fut is None:
+                data = await self._from_sealed(rd, ref, part)
+            if fut is None and data is None and self._cache is not None:
                 data = await self._from_disk(rd, ref, part)
         if fut is None and data is None:
             fut = await self._fetch_foreground(rd, i, ref, position, part)
@@ -384,6 +391,27 @@ class ChunkReader:
             if self._promoting.get(key) is fut:
                 del self._promoting[key]
 
+    async def _from_sealed(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | None:
+        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes held in memory, or None."""
+        key = rd.key(ref)
+        stored = self._hot.get(Sealed(key))
+        if stored is None:
+            return None
+        plain = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
+        )
+        if part is None:
+            self._hot.put(key, plain)
+        return plain
+
+    def _keep_sealed(self, key: ChunkKey, stored: bytes | memoryview) -> None:
+        """Hold a chunk's verified stored bytes for the next seek into it; a view into a larger buffer
+        (a coalesced answer) is copied, so memory holds no more than is counted."""
+        if isinstance(stored, memoryview):
+            under = stored.obj
+            stored = under if isinstance(under, bytes) and len(under) == stored.nbytes else bytes(stored)
+        self._hot.put(Sealed(key), stored)
+
     async def _from_disk(self, rd: _Read, ref: ChunkRef, part: Span | None = None) -> bytes | None:
         """Chunk ref's plaintext decoded from the disk cache (and now in memory too), or None on a miss;
         with `part`, only that part of it (not kept in memory)."""
@@ -403,6 +431,8 @@ class ChunkReader:
             return None
         if part is None:
             self._hot.put(key, plain)
+        else:
+            self._keep_sealed(key, stored)
         return plain
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
@@ -540,6 +570,7 @@ class ChunkReader:
             self._hot.put(rd.key(ref), plain)
         else:
             fut.set_result(Part(stored, part, plain))
+            self._keep_sealed(rd.key(ref), stored)
         if self._cache is not None:
             # The stored bytes as fetched, now verified: a quarter of the plaintext for Kafka data, and
             # already sealed when the object is encrypted.
