@@ -168,6 +168,11 @@ class Metrics:
             "Chunks evicted from the cache to stay within its size.",
             registry=r,
         )
+        self.cache_skipped = Counter(
+            "tsproxy_cache_skipped_total",
+            "Chunks read but not cached because the cache's writes were behind (a slow disk).",
+            registry=r,
+        )
         self.cache_corrupt = Counter(
             "tsproxy_cache_corrupt_total",
             "Cache entries that failed their checksum and were refetched.",

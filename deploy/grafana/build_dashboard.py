@@ -338,9 +338,11 @@ ROWS: list[Row] = [
             Panel(
                 "Evictions and corruption",
                 "Chunks evicted to stay within the cache size, entries refetched after a failed checksum, "
-                "and reads that joined a download already under way.",
+                "chunks left uncached while the disk was behind, and reads that joined a download "
+                "already under way.",
                 [
                     Target(rate("tsproxy_cache_evictions_total"), "evictions/s"),
+                    Target(rate("tsproxy_cache_skipped_total"), "skipped/s"),
                     Target(rate("tsproxy_cache_corrupt_total"), "corrupt/s"),
                     Target(rate("tsproxy_singleflight_joins_total"), "single-flight joins/s"),
                 ],

@@ -508,3 +508,39 @@ async def test_keys_that_cannot_be_listed_are_all_looked_up(
         assert await c.contains_many([key(0), key(1)]) == [True, False]
     finally:
         c.close()
+
+
+async def test_puts_beyond_what_the_writer_can_keep_up_with_are_skipped(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk slower than the reads: puts wait for the writer up to MAX_PENDING_PUT_BYTES, and the chunks
+    beyond are served uncached (counted), never queued without bound."""
+    import threading
+
+    from tsproxy.cache import chunks
+
+    monkeypatch.setattr(chunks, "MAX_PENDING_PUT_BYTES", 1 * MIB)
+    metrics = Metrics()
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, metrics=metrics)
+    stuck = threading.Event()
+    real_put = c._put_sync
+
+    def slow_put(key: ChunkKey, data: bytes | memoryview) -> None:
+        stuck.wait(30)  # a device that does not answer until the test lets it
+        real_put(key, data)
+
+    monkeypatch.setattr(c, "_put_sync", slow_put)
+    try:
+        waiting = [asyncio.create_task(c.put(key(n), payload(n))) for n in range(4)]  # 4 x 256 KiB: 1 MiB
+        await asyncio.sleep(0.05)
+        assert not any(t.done() for t in waiting)
+        await c.put(key(4), payload(4))  # over the bound: returns at once, not cached
+        assert c.skipped == 1 and metrics.cache_skipped._value.get() == 1
+        stuck.set()
+        await asyncio.gather(*waiting)
+        assert await c.contains_many([key(n) for n in range(5)]) == [True] * 4 + [False]
+        await c.put(key(4), payload(4))  # caught up: cached again
+        assert bytes(await c.get(key(4)) or b"") == payload(4)
+    finally:
+        stuck.set()
+        c.close()

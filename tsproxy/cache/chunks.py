@@ -91,6 +91,9 @@ _STALE = memoryview(b"")
 _HEADER = struct.Struct(">BII")  # kind, payload length, CRC32C
 # Entry files written with O_DIRECT are padded to a multiple of this (the alignment it needs).
 DIRECT_BLOCK = 4096
+# Stored bytes that may wait for the cache's writer; a put beyond them is skipped (the chunk is served,
+# not cached), so a disk slower than the reads never makes the queue, and the memory it holds, grow.
+MAX_PENDING_PUT_BYTES = 64 << 20
 _KEY = struct.Struct(">16sII")
 # Errors a damaged or vanished cache directory can raise; the cache degrades to misses on them.
 _STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
@@ -281,6 +284,8 @@ class ChunkCache:
             self._cache.disk.direct = _DirectWrites(self.directory)
         # Puts are serialised (SQLite allows one writer anyway) so the entry count tells what they evicted.
         self._write_lock = threading.Lock()
+        self._pending_bytes = 0  # stored bytes handed to the writer and not yet written (event loop only)
+        self._skipped = 0
         self._evictions = 0
         self._corrupt = 0
         self._volume = self._cache.volume()
@@ -355,8 +360,20 @@ class ChunkCache:
         evicting least recently used entries to stay within max_bytes.
 
         A failing disk is logged and ignored: the cache is an optimisation, never a reason to fail a read.
+        So is a disk that is behind: with MAX_PENDING_PUT_BYTES already waiting, the chunk is not cached
+        (counted in `skipped` and tsproxy_cache_skipped_total).
         """
-        await asyncio.get_running_loop().run_in_executor(self._writer, self._put_sync, key, data)
+        size = len(data)
+        if self._pending_bytes and self._pending_bytes + size > MAX_PENDING_PUT_BYTES:
+            self._skipped += 1
+            if self._metrics is not None:
+                self._metrics.cache_skipped.inc()
+            return
+        self._pending_bytes += size
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._put_sync, key, data)
+        finally:
+            self._pending_bytes -= size
 
     def _put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
         disk_key = key.to_bytes()
@@ -395,6 +412,11 @@ class ChunkCache:
     def evictions(self) -> int:
         """Entries evicted to stay within max_bytes since this ChunkCache was opened."""
         return self._evictions
+
+    @property
+    def skipped(self) -> int:
+        """Puts skipped because the writer was behind, since this ChunkCache was opened."""
+        return self._skipped
 
     @property
     def corrupt(self) -> int:
