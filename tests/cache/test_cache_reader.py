@@ -727,14 +727,8 @@ async def test_a_read_crossing_a_chunk_boundary_is_one_get(
     await reader.close()
 
 
-async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
-    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A read that is not a forward scan needs part of a 4 MiB chunk (stored as four 1 MiB zstd frames):
-    only the frames holding it are inflated; the chunk is cached on disk as fetched but not held in
-    memory half decoded, and another reader of the same download gets its own part right."""
-    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
-    assert obj.manifest.version == 2
+def count_inflated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the zstd frames inflated from now on, in order."""
     inflated: list[int] = []
     real_inflate = ZstdStage._inflate
 
@@ -743,6 +737,18 @@ async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
         return real_inflate(self, payload, frame)
 
     monkeypatch.setattr(ZstdStage, "_inflate", counting)
+    return inflated
+
+
+async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that is not a forward scan needs part of a 4 MiB chunk (stored as four 1 MiB zstd frames):
+    only the frames holding it are inflated; the chunk is cached on disk as fetched but not held in
+    memory half decoded, and another reader of the same download gets its own part right."""
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    assert obj.manifest.version == 2
+    inflated = count_inflated(monkeypatch)
     reader = ChunkReader(cache, executor, prefetch_bytes=0)
     gate = asyncio.Event()
     fetch = CountingFetch(obj, gate=gate)
@@ -774,14 +780,7 @@ async def test_seeks_into_a_chunk_decode_its_stored_bytes_from_memory(
     """A seek keeps the chunk's stored bytes (not its plaintext) in memory: the next seek into the same
     chunk is decoded from them, with no request and, again, only the frames it needs inflated."""
     obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
-    inflated: list[int] = []
-    real_inflate = ZstdStage._inflate
-
-    def counting(self: ZstdStage, payload: bytes | memoryview, frame: Frame) -> bytes:
-        inflated.append(frame.content_size)
-        return real_inflate(self, payload, frame)
-
-    monkeypatch.setattr(ZstdStage, "_inflate", counting)
+    inflated = count_inflated(monkeypatch)
     reader = ChunkReader(None, executor, prefetch_bytes=0)  # no disk cache: memory or the backend
     fetch = CountingFetch(obj)
     # Each before the one before it: seeks, none continuing another (which would read the chunk whole).
