@@ -280,7 +280,7 @@ class ChunkCache:
         except _CacheDamaged as damage:
             self._reset(damage)
             self._cache = self._open_private()
-        if direct_io:
+        if direct_io and hasattr(os, "O_DIRECT"):  # Linux; elsewhere entries are written buffered
             self._cache.disk.direct = _DirectWrites(self.directory)
         # Puts are serialised (SQLite allows one writer anyway) so the entry count tells what they evicted.
         self._write_lock = threading.Lock()
@@ -295,7 +295,8 @@ class ChunkCache:
             self._volume = self._cache.volume()
         # Keys that may have an entry: every key with one, and some evicted since (diskcache does not
         # say which). A key not in it has no entry, so a cold read's lookups answer without a thread
-        # hop and a database query. Replaced (never changed in place) by the writer, under _write_lock.
+        # hop and a database query. Changed (added to, discarded from, or replaced when relisted) only
+        # under _write_lock; read from the event loop without it (a set's membership test is atomic).
         self._known: set[bytes] = set()
         self._relearn()
         self._publish()
