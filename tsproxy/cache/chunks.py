@@ -205,36 +205,38 @@ class _DirectWrites:
             if len(self._buffer) < padded:
                 self._buffer.close()
                 self._buffer = mmap.mmap(-1, padded)
-            buf = memoryview(self._buffer)
-            try:
+            with memoryview(self._buffer) as buf:
                 pos = 0
                 for piece in pieces:
                     buf[pos : pos + len(piece)] = piece
                     pos += len(piece)
                 buf[pos:padded] = bytes(padded - pos)
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_DIRECT
-                try:
-                    fd = os.open(path, flags, 0o600)
-                except OSError as e:
-                    if e.errno != errno.EINVAL:
-                        raise
-                    self.refused = str(e)
-                    return None
-                try:
-                    done = 0
-                    while done < padded:
-                        done += os.write(fd, buf[done:padded])
-                except OSError as e:
-                    os.close(fd)
-                    os.unlink(path)
-                    if e.errno != errno.EINVAL:
-                        raise
-                    self.refused = str(e)
-                    return None
-                os.close(fd)
-            finally:
-                buf.release()
-        return padded
+                return padded if self._write_file(path, buf[:padded]) else None
+
+    def _write_file(self, path: str, data: memoryview) -> bool:
+        """A new file at path holding data, written with O_DIRECT; False (no file left) when refused."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_DIRECT
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as e:
+            return self._refused(e)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            return self._refused(e)
+        os.close(fd)
+        return True
+
+    def _refused(self, error: OSError) -> bool:
+        """False for the refusal of a file system without O_DIRECT (EINVAL); any other error raised."""
+        if error.errno != errno.EINVAL:
+            raise error
+        self.refused = str(error)
+        return False
 
 
 def _make_private_dirs(root: str, relative: str) -> None:

@@ -46,7 +46,7 @@ from tsproxy import defaults, errors
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.metrics import Metrics
 
-from .chunks import ChunkCache, ChunkKey
+from .chunks import DIRECT_BLOCK, ChunkCache, ChunkKey
 from .hot import HotChunks, Sealed
 from .plan import FetchRequest, plan_fetches
 from .prefetch import PrefetchPolicy, Stream
@@ -63,6 +63,9 @@ of pieces in order (closed with aclose when the reader is done with it, read to 
 FOREGROUND_BYTES = 4 << 20
 # Chunks a forward reader has moved from the disk cache into memory ahead of its position.
 PROMOTE_AHEAD = 1
+# Bytes a kept view may hold beyond what it shows (a disk-cache entry's header and padding) before it is
+# copied instead (see ChunkReader._keep_sealed).
+KEEP_SLACK_BYTES = 2 * DIRECT_BLOCK
 # Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
 DECODERS_PER_THREAD = 16
 
@@ -253,9 +256,7 @@ class ChunkReader:
         if data is None and fut is None:
             fut = self._flights.join(key)
             if fut is None:
-                data = await self._from_sealed(rd, ref, part)
-            if fut is None and data is None and self._cache is not None:
-                data = await self._from_disk(rd, ref, part)
+                data = await self._from_cached(rd, ref, part)
         if fut is None and data is None:
             fut = await self._fetch_foreground(rd, i, ref, position, part)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
@@ -281,8 +282,8 @@ class ChunkReader:
                 if self._closed:
                     raise errors.ServiceUnavailable("shutting down") from None
             cached = self._hot.get(key)
-            if cached is None and self._cache is not None:
-                cached = await self._from_disk(rd, ref, part)
+            if cached is None:
+                cached = await self._from_cached(rd, ref, part)
             if cached is not None:
                 return cached
             # No await between looking and claiming, so the chunk cannot be claimed by another in between.
@@ -295,9 +296,7 @@ class ChunkReader:
             return loaded
         if part is not None and loaded.span == part:
             return loaded.data
-        plain = await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, loaded.stored, part
-        )
+        plain = await self._decoded(rd, ref, loaded.stored, part)
         if part is None:
             self._hot.put(rd.key(ref), plain)
         return plain
@@ -391,25 +390,34 @@ class ChunkReader:
             if self._promoting.get(key) is fut:
                 del self._promoting[key]
 
+    async def _from_cached(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | None:
+        """Chunk ref's plaintext (or `part` of it) from its stored bytes held in memory, else from the
+        disk cache; None when neither has it."""
+        data = await self._from_sealed(rd, ref, part)
+        if data is None and self._cache is not None:
+            data = await self._from_disk(rd, ref, part)
+        return data
+
     async def _from_sealed(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | None:
         """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes held in memory, or None."""
         key = rd.key(ref)
         stored = self._hot.get(Sealed(key))
         if stored is None:
             return None
-        plain = await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
-        )
+        plain = await self._decoded(rd, ref, stored, part)
         if part is None:
             self._hot.put(key, plain)
         return plain
 
     def _keep_sealed(self, key: ChunkKey, stored: bytes | memoryview) -> None:
-        """Hold a chunk's verified stored bytes for the next seek into it; a view into a larger buffer
-        (a coalesced answer) is copied, so memory holds no more than is counted."""
+        """Hold a chunk's verified stored bytes for the next seek into it. A view into a much larger
+        buffer (a piece of a coalesced answer) is copied, so memory holds little more than is counted;
+        a disk-cache entry's payload (a view past its header, before its padding) is kept as it is."""
         if isinstance(stored, memoryview):
             under = stored.obj
-            stored = under if isinstance(under, bytes) and len(under) == stored.nbytes else bytes(stored)
+            slack = len(under) - stored.nbytes if isinstance(under, bytes) else None
+            if slack is None or slack > KEEP_SLACK_BYTES:
+                stored = bytes(stored)
         self._hot.put(Sealed(key), stored)
 
     async def _from_disk(self, rd: _Read, ref: ChunkRef, part: Span | None = None) -> bytes | None:
@@ -421,9 +429,7 @@ class ChunkReader:
         if stored is None:
             return None
         try:
-            plain = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
-            )
+            plain = await self._decoded(rd, ref, stored, part)
         except errors.IntegrityError:
             # The entry passed the cache's own check, so it is what was put under this key: bytes that
             # are not this version's chunk are stale, never served and never counted as disk damage.
@@ -434,6 +440,14 @@ class ChunkReader:
         else:
             self._keep_sealed(key, stored)
         return plain
+
+    async def _decoded(
+        self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None
+    ) -> bytes:
+        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
+        )
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
@@ -557,11 +571,8 @@ class ChunkReader:
         fut: asyncio.Future[Loaded],
         part: Span | None = None,
     ) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            plain = await loop.run_in_executor(
-                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
-            )
+            plain = await self._decoded(rd, ref, stored, part)
         except Exception as e:  # IntegrityError above all: every waiter fails, nothing is cached
             fut.set_exception(e)
             return
