@@ -26,6 +26,7 @@ to the end, and the plugin's 4 MiB chunk reads to the end. Every byte read is ch
 functions where its samples fall; the figures of a profiled run carry the profiler's cost.
 
     .venv/bin/python benchmarks/cpu.py [--size 256] [--client-checks none,sha256+md5] [--json out.json]
+        [--setting cache_direct_io=false]
 """
 
 from __future__ import annotations
@@ -388,9 +389,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workdir", type=Path, help="keep tsproxy's logs and caches here (default: a temporary dir)"
     )
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. cache_direct_io=false); repeatable",
+    )
     args = ap.parse_args(argv)
     if args.size < 8:
         ap.error("--size must be at least 8 (MiB)")
+    if any("=" not in s for s in args.setting):
+        ap.error("--setting takes NAME=VALUE")
+    settings = dict(s.split("=", 1) for s in args.setting)
 
     load_before = os.getloadavg()[0]
     segment = build_segment(args.size * MIB)
@@ -442,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tsp-cpu-")))
         weed = SeaweedFS.start()
         stack.callback(weed.stop)
-        system = TsproxySystem(weed, "cpu-tsproxy", tmp / "tsproxy")
+        system = TsproxySystem(weed, "cpu-tsproxy", tmp / "tsproxy", settings=settings)
         stack.callback(system.stop)
         for checks in args.client_checks:
             key = f"{SEGMENT_KEY}.{checks.replace('+', '-')}"
@@ -468,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{defaults.CHUNK_SIZE // MIB} MiB chunks; {os.cpu_count()} CPUs, 1-minute load average "
         f"{load_before:.1f} before, {load_after:.1f} after)\n"
     )
+    if settings:
+        print("tsproxy settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()) + "\n")
     print(markdown(rows, COLUMNS))
     print("\nBare limit, CPU seconds per GiB of the segment:\n")
     print(

@@ -478,15 +478,23 @@ class TsproxySystem:
     """`tsproxy serve` in its own process over SeaweedFS, with its default settings (4 MiB chunks,
     16 MiB prefetch, compression auto, encryption on, 1 GiB disk cache); `go_cold` restarts it on a
     new, empty cache directory with the same key ring. `chunk_size` (e.g. "1MiB") overrides the default
-    chunk size of the objects it writes."""
+    chunk size of the objects it writes; `settings` are any other settings, by name (docs/CONFIG.md)."""
 
     name = "tsproxy"
 
-    def __init__(self, weed: SeaweedFS, bucket: str, workdir: Path, chunk_size: str | None = None) -> None:
+    def __init__(
+        self,
+        weed: SeaweedFS,
+        bucket: str,
+        workdir: Path,
+        chunk_size: str | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         from tsproxy.format import KeyRing
 
         self.weed = weed
         self.chunk_size = chunk_size
+        self.settings = dict(settings or {})
         self.bucket = self.backend_bucket = bucket  # tsproxy keeps a client bucket under its own name
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -513,6 +521,7 @@ class TsproxySystem:
             TSPROXY_BACKEND_ACCESS_KEY=self.weed.access_key,
             TSPROXY_BACKEND_SECRET_KEY=self.weed.secret_key,
         )
+        env.update({f"TSPROXY_{name.upper()}": value for name, value in self.settings.items()})
         args = [
             sys.executable, "-m", "tsproxy.cli", "serve",
             "--listen", f"127.0.0.1:{self.port}",

@@ -186,9 +186,10 @@ class _DirectWrites:
     number of blocks (the entry's header gives the payload's length, so readers ignore the padding).
 
     Why: a chunk cache is written once per chunk and read back through the memory tier, so the page
-    cache copy of a buffered write is mostly wasted work; on a cold forward read that copy (and the
-    page cache allocation behind it) was the largest CPU cost after decoding. The write waits for the
-    device, which only the cache's own writer thread does. Thread-safe (one buffer, one lock).
+    cache's copy of a buffered write is mostly work no reader uses (benchmarks/cpu.py with
+    `--setting cache_direct_io=false` compares the two; on the project's machine they are within noise).
+    The write waits for the device, which only the cache's own writer thread does. Thread-safe (one
+    buffer, one lock).
     """
 
     def __init__(self, directory: Path) -> None:
