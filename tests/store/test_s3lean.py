@@ -17,6 +17,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from tests.support.faulty_proxy import FaultyProxy
 from tsproxy import errors
 from tsproxy.s3.sigv4 import uri_encode
 from tsproxy.store.s3 import S3Backend
@@ -171,3 +172,46 @@ def test_a_part_sent_as_it_is_produced_is_checked_by_its_etag(seaweed: Any) -> N
             await backend.close()
 
     asyncio.run(run())
+
+
+def test_a_part_whose_connection_is_lost_while_sending_is_sent_again_whole(seaweed: Any) -> None:
+    """The store's connection lost half way through a part sent as it is produced: the part's producer
+    is not cut off with it (its end is what gives the digest), the rest of the part is still taken from
+    it exactly once, and the part is sent again, whole, with its Content-MD5."""
+    bucket = f"lean-{uuid.uuid4().hex[:10]}"
+    seaweed.boto3_client().create_bucket(Bucket=bucket)
+    data = os.urandom(6 << 20)
+    produced: list[int] = []
+    ended: list[bytes] = []
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for pos in range(0, len(data), 256 << 10):
+            await asyncio.sleep(0.002)  # produced over time, as received from a client
+            produced.append(pos)
+            yield data[pos : pos + (256 << 10)]
+        ended.append(hashlib.md5(data).digest())  # known only once the producer has run to its end
+
+    async def run(endpoint: str) -> tuple[str, list[tuple[int, str]], bytes]:
+        backend = S3Backend(**seaweed.backend_options(endpoint))
+        await backend.start()
+        try:
+            upload = await backend.create_multipart(bucket, "seg")
+            etag = await backend.upload_part(
+                bucket, "seg", upload, 1, pieces(), len(data), content_md5=lambda: ended[0]
+            )
+            listed = await backend.list_parts(bucket, "seg", upload)
+            await backend.complete_multipart(bucket, "seg", upload, [(1, etag)])
+            return etag, listed, (await backend.get_bytes(bucket, "seg"))[1]
+        finally:
+            await backend.close()
+
+    with FaultyProxy.threaded(seaweed.endpoint) as proxy:
+        proxy.inject("cut_request", method="PUT", path=r"uploadId=", truncate_at=2 << 20)
+        etag, listed, stored = asyncio.run(run(proxy.endpoint))
+        assert proxy.count(fault="cut_request") == 1
+        puts = [s for s in proxy.seen if s.method == "PUT"]
+    assert etag == hashlib.md5(data).hexdigest()
+    assert produced == list(range(0, len(data), 256 << 10))  # each piece taken once
+    assert len(puts) == 2 and "content-md5" in puts[1].headers and "content-md5" not in puts[0].headers
+    assert [no for no, _ in listed] == [1]
+    assert stored == data

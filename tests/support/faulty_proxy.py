@@ -20,9 +20,10 @@ the raw path with its query string, e.g. `r"\\?uploadId="` or `r"^/bucket/key$"`
 
 Faults: "slowdown" (503 SlowDown XML), "internal_error" (500 InternalError XML), "error" (any
 `status`/`code`), "drop" (close the connection without answering), "delay" (wait `delay` seconds,
-then forward), "truncate" (forward, but cut the answer body after `truncate_at` bytes). The request
-body is read in full before an error answer or a drop, so the client sees the fault, not a broken
-pipe. Every request is recorded in `seen` (method, path, fault, upstream status).
+then forward), "truncate" (forward, but cut the answer body after `truncate_at` bytes), "cut_request"
+(read `truncate_at` bytes of the request body, then close the connection: the client loses it while
+still sending). The request body is read in full before an error answer or a drop, so the client sees
+the fault, not a broken pipe. Every request is recorded in `seen` (method, path, fault, upstream status).
 
 For synchronous tests, `FaultyProxy.threaded(upstream)` runs one on its own event loop thread.
 """
@@ -44,7 +45,7 @@ from yarl import URL
 
 from tests.support.ports import HOST
 
-KINDS = ("slowdown", "internal_error", "error", "drop", "delay", "truncate")
+KINDS = ("slowdown", "internal_error", "error", "drop", "delay", "truncate", "cut_request")
 # Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection and are not forwarded.
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "upgrade"}
@@ -216,6 +217,12 @@ class FaultyProxy:
             status, code, message = _ERRORS.get(kind, (rule.status, rule.code, "Injected fault."))
             self._record(request, kind, status)
             return _error_response(status, code, message, path)
+        if rule is not None and kind == "cut_request":
+            with contextlib.suppress(Exception):
+                await request.content.readexactly(rule.truncate_at)
+            self._record(request, kind, None)
+            _cut(request)
+            raise asyncio.CancelledError
         if rule is not None and kind == "delay":
             await asyncio.sleep(rule.delay)
         return await self._forward(request, rule)

@@ -137,35 +137,62 @@ class S3Multipart(S3Client):
         assert self.lean is not None
         kept: list[bytes] = []
         source_error: list[BaseException] = []
+        source = aiter(body)
+        # The piece being taken from the body, in a task of its own: a request whose connection is lost
+        # is cancelled, and that cancellation must not reach the body (it would end the producer, whose
+        # end gives the digest and the rest of the part).
+        taking: asyncio.Future[bytes | None] | None = None
 
         async def teed() -> AsyncIterator[bytes]:
-            try:
-                async for piece in body:
-                    kept.append(piece)
-                    yield piece
-            except Exception as e:  # the body's own failure, not the request's
-                source_error.append(e)
-                raise
+            nonlocal taking
+            while True:
+                if taking is None:
+                    taking = asyncio.ensure_future(anext(source, None))
+                try:
+                    piece = await asyncio.shield(taking)
+                except Exception as e:  # the body's own failure, not the request's
+                    taking = None
+                    source_error.append(e)
+                    raise
+                taking = None
+                if piece is None:
+                    return
+                kept.append(piece)
+                yield piece
 
         etag: str | None = None
-        with self._call("UploadPart") as call:
-            await call.admit()
-            try:
-                etag = unquote_etag(
-                    await self.lean.upload_part(bucket, key, upload_id, part_no, size, teed())
-                )
-                call.bytes_out += size
-            except Exception as e:
-                if source_error:
-                    raise source_error[0] from None
-                if not s3errors.is_retryable(e):
-                    raise s3errors.to_s3_error(e, not_found=errors.NoSuchUpload, UploadId=upload_id) from e
-                call.retries += 1  # sent again below, gathered, with the retry loop's own attempts
-        if source_error:
-            raise source_error[0]
-        # The rest of the body, when the store failed before it was all sent.
-        async for piece in body:
-            kept.append(piece)
+        try:
+            with self._call("UploadPart") as call:
+                await call.admit()
+                try:
+                    etag = unquote_etag(
+                        await self.lean.upload_part(bucket, key, upload_id, part_no, size, teed())
+                    )
+                    call.bytes_out += size
+                except Exception as e:
+                    if source_error:
+                        raise source_error[0] from None
+                    if not s3errors.is_retryable(e):
+                        raise s3errors.to_s3_error(
+                            e, not_found=errors.NoSuchUpload, UploadId=upload_id
+                        ) from e
+                    call.retries += 1  # sent again below, gathered, with the retry loop's own attempts
+            if source_error:
+                raise source_error[0]
+            # The rest of the body, when the store failed before it was all sent: the piece being taken
+            # when the request ended first.
+            if taking is not None:
+                pending, taking = taking, None
+                piece = await pending
+                if piece is not None:
+                    kept.append(piece)
+            async for piece in source:
+                kept.append(piece)
+        finally:
+            if taking is not None:  # this task cancelled while a piece was being taken
+                taking.cancel()
+                with contextlib.suppress(BaseException):
+                    await taking
         digest = content_md5()
         if etag is not None and etag == digest.hex():
             return etag
