@@ -26,7 +26,7 @@ to the end, and the plugin's 4 MiB chunk reads to the end. Every byte read is ch
 functions where its samples fall; the figures of a profiled run carry the profiler's cost.
 
     .venv/bin/python benchmarks/cpu.py [--size 256] [--client-checks none,sha256+md5] [--json out.json]
-        [--setting cache_direct_io=false]
+        [--setting cache_direct_io=true]
 """
 
 from __future__ import annotations
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. cache_direct_io=false); repeatable",
+        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. cache_direct_io=true); repeatable",
     )
     args = ap.parse_args(argv)
     if args.size < 8:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import stat
 import struct
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -338,25 +339,33 @@ def writes_direct(c: ChunkCache) -> bool:
     return c._cache.disk.direct is not None
 
 
+@pytest.fixture
+def direct_cache(cache_dir: Path, io_executor: ThreadPoolExecutor) -> Iterator[ChunkCache]:
+    """A 64 MiB chunk cache with `direct_io` on (opt-in) in a fresh directory."""
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io=True)
+    yield c
+    c.close()
+
+
 @pytest.mark.parametrize("size", [0, 1, 4096 - ENTRY_HEADER, 4096 - ENTRY_HEADER + 1, 256 * KIB, 3 * MIB + 5])
 async def test_direct_entries_are_padded_to_blocks_and_read_back(
-    cache: ChunkCache, cache_dir: Path, size: int
+    direct_cache: ChunkCache, cache_dir: Path, size: int
 ) -> None:
-    await cache.put(key(0), payload(0, size))
-    if not writes_direct(cache):
+    await direct_cache.put(key(0), payload(0, size))
+    if not writes_direct(direct_cache):
         pytest.skip("this file system refuses O_DIRECT")
     on_disk = only_value_file(cache_dir).stat().st_size
     assert on_disk % 4096 == 0 and 0 <= on_disk - (ENTRY_HEADER + size) < 4096
-    got = await cache.get(key(0))
+    got = await direct_cache.get(key(0))
     assert got is not None and bytes(got) == payload(0, size)
-    assert cache.corrupt == 0
+    assert direct_cache.corrupt == 0
 
 
 @pytest.mark.parametrize("damage", ["nonzero padding", "a block too much"])
 async def test_padding_that_is_not_the_writers_is_damage(
-    cache: ChunkCache, cache_dir: Path, damage: str
+    direct_cache: ChunkCache, cache_dir: Path, damage: str
 ) -> None:
-    await cache.put(key(0), payload(0, 1000))
+    await direct_cache.put(key(0), payload(0, 1000))
     path = only_value_file(cache_dir)
     raw = bytearray(path.read_bytes()[: ENTRY_HEADER + 1000])
     raw += bytes(4096 - len(raw))
@@ -365,12 +374,14 @@ async def test_padding_that_is_not_the_writers_is_damage(
     else:
         raw += bytes(4096)
     path.write_bytes(raw)
-    assert await cache.get(key(0)) is None
-    assert cache.corrupt == 1
+    assert await direct_cache.get(key(0)) is None
+    assert direct_cache.corrupt == 1
 
 
-async def test_buffered_when_direct_io_is_off(cache_dir: Path, io_executor: ThreadPoolExecutor) -> None:
-    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io=False)
+async def test_buffered_by_default_and_either_kind_reads_the_other(
+    cache_dir: Path, io_executor: ThreadPoolExecutor
+) -> None:
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)  # off by default
     try:
         await c.put(key(0), payload(0, 1000))
         assert not writes_direct(c)
@@ -390,7 +401,7 @@ async def test_buffered_when_direct_io_is_off(cache_dir: Path, io_executor: Thre
 
 @pytest.mark.parametrize("refused_at", ["open", "write"])
 async def test_a_file_system_refusing_o_direct_gets_buffered_entries(
-    cache: ChunkCache,
+    direct_cache: ChunkCache,
     cache_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -420,15 +431,15 @@ async def test_a_file_system_refusing_o_direct_gets_buffered_entries(
     monkeypatch.setattr(chunks.os, "open", fake_open)
     monkeypatch.setattr(chunks.os, "write", fake_write)
     with caplog.at_level("INFO", logger="tsproxy.cache"):
-        await cache.put(key(0), payload(0, 1000))
-        await cache.put(key(1), payload(1, 1000))
-    assert not writes_direct(cache)
+        await direct_cache.put(key(0), payload(0, 1000))
+        await direct_cache.put(key(1), payload(1, 1000))
+    assert not writes_direct(direct_cache)
     assert [r.getMessage() for r in caplog.records if "O_DIRECT" in r.getMessage()] == [
         "chunk cache directory refuses O_DIRECT; entries are written through the page cache"
     ]
     assert sorted(p.stat().st_size for p in value_files(cache_dir)) == [ENTRY_HEADER + 1000] * 2
     for n in (0, 1):
-        assert bytes(await cache.get(key(n)) or b"?") == payload(n, 1000)
+        assert bytes(await direct_cache.get(key(n)) or b"?") == payload(n, 1000)
 
 
 # -- keys known to the process -------------------------------------------------------------------------

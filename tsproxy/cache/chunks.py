@@ -187,7 +187,8 @@ class _DirectWrites:
 
     Why: a chunk cache is written once per chunk and read back through the memory tier, so the page
     cache's copy of a buffered write is mostly work no reader uses (benchmarks/cpu.py with
-    `--setting cache_direct_io=false` compares the two; on the project's machine they are within noise).
+    `--setting cache_direct_io=true` compares the two; on the project's machine they are within noise,
+    which is why it is opt-in).
     The write waits for the device, which only the cache's own writer thread does. Thread-safe (one
     buffer, one lock).
     """
@@ -264,7 +265,7 @@ class ChunkCache:
         *,
         executor: Executor | None = None,
         metrics: Metrics | None = None,
-        direct_io: bool = True,
+        direct_io: bool = False,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
