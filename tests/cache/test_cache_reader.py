@@ -774,6 +774,29 @@ async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
     await reader.close()
 
 
+async def test_a_seek_across_a_chunk_boundary_inflates_only_its_frames_of_both(
+    cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer's 1 MiB fetch from a random batch start ends in the next chunk: both chunks come in one
+    GET, and of each only the frames the fetch covers are inflated (a frame of each, not the whole of the
+    second chunk); a forward reader of the second chunk later still gets it whole."""
+    obj = make_object(text_data(12 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    inflated = count_inflated(monkeypatch)
+    reader = ChunkReader(cache, executor, prefetch_bytes=0)
+    fetch = CountingFetch(obj)
+    first = 8 * MIB - 300_000  # chunk 1's last frame, then chunk 2's first
+    assert await read_all(reader, obj, fetch, first, first + MIB - 1) == obj.data[first : first + MIB]
+    assert len(fetch.calls) == 1
+    assert inflated == [MIB, MIB]
+    await settle(reader)
+    assert chunk_key(obj, 2) not in reader._hot
+    assert await cache.contains_many([chunk_key(obj, 1), chunk_key(obj, 2)]) == [True, True]
+    inflated.clear()
+    got = await read_all(reader, obj, fetch, 8 * MIB, 9 * MIB - 1)
+    assert got == obj.data[8 * MIB : 9 * MIB] and len(fetch.calls) == 1
+    await reader.close()
+
+
 async def test_seeks_into_a_chunk_decode_its_stored_bytes_from_memory(
     executor: ThreadPoolExecutor, ring: KeyRing, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -314,7 +314,16 @@ class ChunkReader:
             joined = self._flights.join(rd.key(ref))
             assert joined is not None
             return joined
-        futures = self._launch(rd, i, refs, [True, *missing], background=False, part=part)
+        parts: dict[int, Span] = {}
+        if part is not None:
+            # A seek needs only part of its chunks: the first from `part`, the others (the read's own, as
+            # far as it goes; a seek schedules nothing past its end) from their start to the read's end.
+            parts[0] = part
+            for pos in range(1, len(refs)):
+                stop = min(rd.limit, refs[pos].original_offset + refs[pos].original_len)
+                if stop - refs[pos].original_offset < refs[pos].original_len:
+                    parts[pos] = (0, stop - refs[pos].original_offset)
+        futures = self._launch(rd, i, refs, [True, *missing], background=False, parts=parts)
         for pos in range(1, len(refs)):
             if pos in futures:
                 rd.pending[i + pos] = futures[pos]
@@ -469,12 +478,12 @@ class ChunkReader:
         missing: list[bool],
         *,
         background: bool,
-        part: Span | None = None,
+        parts: dict[int, Span] | None = None,
     ) -> dict[int, asyncio.Future[Loaded]]:
         """Claim the missing chunks and start coalesced requests for them; futures by position in refs.
 
-        refs are consecutive chunks of the object, the first being chunk first_index; `part`, when given,
-        is all a reader needs of that first chunk (see Part).
+        refs are consecutive chunks of the object, the first being chunk first_index; `parts` gives, by
+        position, all a reader needs of some of them (see Part).
         """
         if self._closed:
             raise errors.ServiceUnavailable("shutting down")
@@ -493,7 +502,7 @@ class ChunkReader:
                 self._background_bytes += req.size  # released by _download
                 self._policy.issued_ahead(rd.object_id, (first_index + p for p in req.positions))
             task = asyncio.get_running_loop().create_task(
-                self._download(rd, req, refs, claimed, background, part)
+                self._download(rd, req, refs, claimed, background, parts or {})
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -506,14 +515,14 @@ class ChunkReader:
         refs: list[ChunkRef],
         claimed: dict[int, asyncio.Future[Loaded]],
         background: bool,
-        part: Span | None = None,
+        parts: dict[int, Span],
     ) -> None:
         """One ranged GET, streamed: each chunk goes to be decoded as soon as its stored bytes are in,
         while the rest of the answer is still arriving, and is settled and cached once it has decoded."""
         decoding: list[asyncio.Task[None]] = []
         try:
             async with self._background_slots if background else contextlib.nullcontext(), self._slots:
-                await self._receive(rd, req, refs, claimed, decoding, part)
+                await self._receive(rd, req, refs, claimed, decoding, parts)
         except Exception as e:
             # Chunks whose bytes never came in fail; those already decoding settle themselves.
             for fut in claimed.values():
@@ -534,7 +543,7 @@ class ChunkReader:
         refs: list[ChunkRef],
         claimed: dict[int, asyncio.Future[Loaded]],
         decoding: list[asyncio.Task[None]],
-        part: Span | None,
+        parts: dict[int, Span],
     ) -> None:
         """Read a request's answer piece by piece, starting a decode for each claimed chunk it completes."""
         wanted = sorted(claimed)  # positions in refs, which is stored order
@@ -552,8 +561,7 @@ class ChunkReader:
                     pos = wanted.pop(0)
                     ref = refs[pos]
                     data = spool.take(ref.stored_offset, ref.stored_offset + ref.stored_len)
-                    only = part if pos == 0 else None
-                    keep = self._decode_and_keep(rd, ref, data, claimed[pos], only)
+                    keep = self._decode_and_keep(rd, ref, data, claimed[pos], parts.get(pos))
                     decoding.append(loop.create_task(keep))
         finally:
             close = getattr(pieces, "aclose", None)
