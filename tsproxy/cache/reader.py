@@ -68,6 +68,9 @@ PROMOTE_AHEAD = 1
 KEEP_SLACK_BYTES = 2 * DIRECT_BLOCK
 # Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
 DECODERS_PER_THREAD = 16
+# Manifests whose version_id is remembered (hashing a large multipart object's segments at every read
+# was a measurable share of a cold random read's event-loop time).
+VERSIONS_KEPT = 64
 
 Span = tuple[int, int]
 """Original bytes [start, stop) within one chunk."""
@@ -99,12 +102,9 @@ class _Read:
     last_chunk: int
     limit: int  # original offset (exclusive) up to which this read may schedule chunks
     stream: Stream
+    version: bytes  # version_id(manifest)
     # Chunks this read has scheduled or joined ahead, kept here when there is no disk cache to land in.
     pending: dict[int, asyncio.Future[Loaded]] = field(default_factory=dict)
-    version: bytes = b""  # version_id(manifest)
-
-    def __post_init__(self) -> None:
-        self.version = version_id(self.manifest)
 
     @property
     def object_id(self) -> bytes:
@@ -177,6 +177,8 @@ class ChunkReader:
         # no longer had the chunk. Not single-flight downloads: they fetch nothing from the backend.
         self._promoting: dict[ChunkKey, asyncio.Future[bytes | None]] = {}
         self._local = threading.local()
+        # id(manifest) -> (the manifest, its version_id): the manifest is held so its id stays its own.
+        self._versions: OrderedDict[int, tuple[Manifest, bytes]] = OrderedDict()
         self._closed = False
 
     @property
@@ -211,7 +213,7 @@ class ChunkReader:
         # a chunk-by-chunk scan), so its next window is on the way before the second read arrives.
         forward = stream.sequential or first == 0
         limit = manifest.size if (forward and self._cache is not None) else last + 1
-        rd = _Read(manifest, ctx, fetch, i1, limit, stream)
+        rd = _Read(manifest, ctx, fetch, i1, limit, stream, self._version(manifest))
         try:
             for i in range(i0, i1 + 1):
                 ref = index.chunk(i)
@@ -231,6 +233,18 @@ class ChunkReader:
         finally:
             rd.pending.clear()
 
+    def _version(self, manifest: Manifest) -> bytes:
+        """version_id(manifest), remembered for the last VERSIONS_KEPT manifests read."""
+        known = self._versions.get(id(manifest))
+        if known is not None and known[0] is manifest:
+            self._versions.move_to_end(id(manifest))
+            return known[1]
+        version = version_id(manifest)
+        self._versions[id(manifest)] = (manifest, version)
+        if len(self._versions) > VERSIONS_KEPT:
+            self._versions.popitem(last=False)
+        return version
+
     async def close(self) -> None:
         """Cancel downloads under way; reads still running fail with ServiceUnavailable."""
         self._closed = True
@@ -240,6 +254,7 @@ class ChunkReader:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._policy.clear()
         self._hot.clear()
+        self._versions.clear()
 
     # -- one chunk ---------------------------------------------------------------------------------
 
