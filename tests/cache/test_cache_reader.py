@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import random
 import tempfile
+import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -795,6 +796,39 @@ async def test_a_seek_across_a_chunk_boundary_inflates_only_its_frames_of_both(
     got = await read_all(reader, obj, fetch, 8 * MIB, 9 * MIB - 1)
     assert got == obj.data[8 * MIB : 9 * MIB] and len(fetch.calls) == 1
     await reader.close()
+
+
+async def test_the_frames_of_a_seek_inflate_on_two_threads_at_once(
+    ring: KeyRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1 MiB fetch inside a chunk needs two 1 MiB frames: they inflate on two executor threads at the
+    same time (the barrier holds each until the other is there too, and breaks if they come one after
+    the other), and the bytes are right. With one thread the second frame waits its turn, no deadlock."""
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    first = 4 * MIB + 700_000  # chunk 1's first frame, then its second
+    real_inflate = ZstdStage._inflate
+    barrier = threading.Barrier(2, timeout=30)
+    threads: set[int] = set()
+
+    def meeting(self: ZstdStage, payload: bytes | memoryview, frame: Frame) -> bytes:
+        threads.add(threading.get_ident())
+        barrier.wait()
+        return real_inflate(self, payload, frame)
+
+    monkeypatch.setattr(ZstdStage, "_inflate", meeting)
+    with ThreadPoolExecutor(2) as pool:
+        reader = ChunkReader(None, pool, prefetch_bytes=0)
+        got = await read_all(reader, obj, CountingFetch(obj), first, first + MIB - 1)
+        assert got == obj.data[first : first + MIB]
+        assert len(threads) == 2
+        await reader.close()
+    monkeypatch.setattr(ZstdStage, "_inflate", real_inflate)
+    inflated = count_inflated(monkeypatch)
+    with ThreadPoolExecutor(1) as pool:
+        reader = ChunkReader(None, pool, prefetch_bytes=0)
+        got = await read_all(reader, obj, CountingFetch(obj), first, first + MIB - 1)
+        assert got == obj.data[first : first + MIB] and inflated == [MIB, MIB]
+        await reader.close()
 
 
 async def test_seeks_into_a_chunk_decode_its_stored_bytes_from_memory(

@@ -37,13 +37,14 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine
-from concurrent.futures import Executor
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from tsproxy import defaults, errors
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
+from tsproxy.format.stages import FrameStep, join_pieces
 from tsproxy.metrics import Metrics
 
 from .chunks import DIRECT_BLOCK, ChunkCache, ChunkKey
@@ -85,7 +86,7 @@ class Part:
 
     stored: bytes | memoryview
     span: Span
-    data: bytes
+    data: bytes | memoryview
 
 
 Loaded = bytes | memoryview | Part
@@ -175,7 +176,7 @@ class ChunkReader:
         self._tasks: set[asyncio.Task[None]] = set()
         # Disk-cache reads started ahead of a forward reader: their result, or None when the cache
         # no longer had the chunk. Not single-flight downloads: they fetch nothing from the backend.
-        self._promoting: dict[ChunkKey, asyncio.Future[bytes | None]] = {}
+        self._promoting: dict[ChunkKey, asyncio.Future[bytes | memoryview | None]] = {}
         self._local = threading.local()
         # id(manifest) -> (the manifest, its version_id): the manifest is held so its id stays its own.
         self._versions: OrderedDict[int, tuple[Manifest, bytes]] = OrderedDict()
@@ -398,13 +399,15 @@ class ChunkReader:
             key = rd.key(ref)
             if key in self._hot or key in self._promoting or key in self._flights:
                 continue  # in memory already, or on its way
-            fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+            fut: asyncio.Future[bytes | memoryview | None] = asyncio.get_running_loop().create_future()
             self._promoting[key] = fut
             self._spawn(self._promote(rd, ref, fut))
 
-    async def _promote(self, rd: _Read, ref: ChunkRef, fut: asyncio.Future[bytes | None]) -> None:
+    async def _promote(
+        self, rd: _Read, ref: ChunkRef, fut: asyncio.Future[bytes | memoryview | None]
+    ) -> None:
         key = rd.key(ref)
-        data: bytes | None = None
+        data: bytes | memoryview | None = None
         try:
             data = await self._from_disk(rd, ref)  # a miss when the chunk is not (or no longer) cached
         finally:
@@ -414,7 +417,7 @@ class ChunkReader:
             if self._promoting.get(key) is fut:
                 del self._promoting[key]
 
-    async def _from_cached(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | None:
+    async def _from_cached(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | memoryview | None:
         """Chunk ref's plaintext (or `part` of it) from its stored bytes held in memory, else from the
         disk cache; None when neither has it."""
         data = await self._from_sealed(rd, ref, part)
@@ -422,7 +425,7 @@ class ChunkReader:
             data = await self._from_disk(rd, ref, part)
         return data
 
-    async def _from_sealed(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | None:
+    async def _from_sealed(self, rd: _Read, ref: ChunkRef, part: Span | None) -> bytes | memoryview | None:
         """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes held in memory, or None."""
         key = rd.key(ref)
         stored = self._hot.get(Sealed(key))
@@ -444,7 +447,9 @@ class ChunkReader:
                 stored = bytes(stored)
         self._hot.put(Sealed(key), stored)
 
-    async def _from_disk(self, rd: _Read, ref: ChunkRef, part: Span | None = None) -> bytes | None:
+    async def _from_disk(
+        self, rd: _Read, ref: ChunkRef, part: Span | None = None
+    ) -> bytes | memoryview | None:
         """Chunk ref's plaintext decoded from the disk cache (and now in memory too), or None on a miss;
         with `part`, only that part of it (not kept in memory)."""
         assert self._cache is not None
@@ -467,11 +472,21 @@ class ChunkReader:
 
     async def _decoded(
         self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None
-    ) -> bytes:
-        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored, part
+    ) -> bytes | memoryview:
+        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor; the
+        frames of a part are inflated across its threads."""
+        loop = asyncio.get_running_loop()
+        if part is None:
+            return await loop.run_in_executor(
+                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored
+            )
+        first, rest = await loop.run_in_executor(
+            self._executor, self._decode_part, rd.manifest, rd.ctx, rd.version, ref, stored, part
         )
+        if not rest:
+            return first
+        others = await asyncio.gather(*(asyncio.wrap_future(f) for f in rest))
+        return join_pieces([first, *others])
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
@@ -612,22 +627,12 @@ class ChunkReader:
         # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
         self._flights.forget(rd.key(ref), fut)
 
-    def _decode(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        stored: bytes | memoryview,
-        part: Span | None = None,
-    ) -> bytes:
-        """Runs on an executor thread: verify and decode one chunk (or only `part` of it: the whole chunk
-        is verified either way), counting the thread's CPU time."""
-        started = time.thread_time()
+    def _decoder(self, manifest: Manifest, ctx: ObjectContext, version: bytes) -> ChunkDecoder:
+        """This executor thread's decoder of one stored version (see version_id: another version of the
+        object id has other salts or CRCs)."""
         decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
         if decoders is None:
             decoders = self._local.decoders = OrderedDict()
-        # Per stored version (see version_id): another version of the object id has other salts or CRCs.
         decoder = decoders.get(version)
         if decoder is None:
             decoder = decoders[version] = ChunkDecoder(manifest, ctx)
@@ -635,8 +640,64 @@ class ChunkReader:
                 decoders.popitem(last=False)
         else:
             decoders.move_to_end(version)
+        return decoder
+
+    def _decode(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+    ) -> bytes:
+        """Runs on an executor thread: verify and decode one whole chunk."""
+        with self._counting_cpu():
+            return self._decoder(manifest, ctx, version).decode(ref, stored)
+
+    def _decode_part(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+        part: Span,
+    ) -> tuple[bytes | memoryview, list[Future[bytes | memoryview]]]:
+        """Runs on an executor thread: verify the whole chunk, then inflate the first frame that holds
+        `part` while the frames after it inflate on the other threads of the executor (one core each),
+        handed back as futures. Nothing waits here for another thread's work, so a full executor cannot
+        deadlock on it."""
+        with self._counting_cpu():
+            decoder = self._decoder(manifest, ctx, version)
+            payload, plan = decoder.open_range(ref, stored, *part)
+            if plan is None:  # stored as it is
+                return bytes(payload[part[0] : part[1]]), []
+            if not plan:
+                return b"", []
+            rest = [
+                self._executor.submit(self._inflate_part, manifest, ctx, version, ref, payload, step)
+                for step in plan[1:]
+            ]
+            return decoder.inflate_part(ref, payload, plan[0]), rest
+
+    def _inflate_part(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        payload: bytes | memoryview,
+        step: FrameStep,
+    ) -> bytes | memoryview:
+        with self._counting_cpu():
+            return self._decoder(manifest, ctx, version).inflate_part(ref, payload, step)
+
+    @contextlib.contextmanager
+    def _counting_cpu(self) -> Iterator[None]:
+        """Count the executor thread's CPU time spent inside as read transform time."""
+        started = time.thread_time()
         try:
-            return decoder.decode(ref, stored) if part is None else decoder.decode_range(ref, stored, *part)
+            yield
         finally:
             if self._metrics is not None:
                 self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)

@@ -8,6 +8,7 @@ from .context import ObjectContext
 from .index import ChunkRef
 from .manifest import Manifest
 from .pipeline import DownloadChain
+from .stages import FrameStep, Payload
 
 
 class ChunkDecoder:
@@ -33,7 +34,7 @@ class ChunkDecoder:
 
     def decode_range(
         self, ref: ChunkRef, stored: bytes | bytearray | memoryview, start: int, stop: int
-    ) -> bytes:
+    ) -> Payload:
         """Original bytes [start, stop) of the chunk (offsets within it), verified as `decode` verifies the
         whole chunk; of a chunk stored as several zstd frames (format 2) only the frames holding them are
         inflated."""
@@ -44,5 +45,28 @@ class ChunkDecoder:
             return self._chain.open_range(
                 view, ref.segment_no, ref.chunk_no, ref.last, ref.original_len, start, stop
             )
+        except IntegrityError as e:
+            raise IntegrityError(f"chunk {ref.chunk_no} of segment {ref.segment_no}: {e}") from None
+
+    def open_range(
+        self, ref: ChunkRef, stored: bytes | bytearray | memoryview, start: int, stop: int
+    ) -> tuple[Payload, list[FrameStep] | None]:
+        """The first half of decode_range, for a caller that inflates the frames on several threads: the
+        chunk verified and decrypted (its payload), and how original bytes [start, stop) come from it
+        (ZstdStage.range_plan: None when they are a slice of it). Each step then goes to inflate_part,
+        on any thread's decoder of the same object."""
+        view = memoryview(stored).cast("B")
+        try:
+            if len(view) != ref.stored_len:
+                raise IntegrityError(f"{len(view)} stored bytes, expected {ref.stored_len}")
+            payload = self._chain.open_seal(view, ref.segment_no, ref.chunk_no, ref.last)
+            return payload, self._chain.range_plan(payload, ref.original_len, start, stop)
+        except IntegrityError as e:
+            raise IntegrityError(f"chunk {ref.chunk_no} of segment {ref.segment_no}: {e}") from None
+
+    def inflate_part(self, ref: ChunkRef, payload: Payload, step: FrameStep) -> Payload:
+        """One step of open_range's plan: that part of one frame's original bytes."""
+        try:
+            return self._chain.inflate_part(payload, step)
         except IntegrityError as e:
             raise IntegrityError(f"chunk {ref.chunk_no} of segment {ref.segment_no}: {e}") from None

@@ -41,7 +41,7 @@ from tsproxy.errors import FormatError, IntegrityError
 from .context import ObjectContext
 from .kafka_probe import contains_compressed_kafka, looks_like_compressed_kafka
 from .settings import TransformSettings
-from .stages import AesGcmSeal, Crc32cSeal, Payload, SealStage, ZstdStage
+from .stages import AesGcmSeal, Crc32cSeal, FrameStep, Payload, SealStage, ZstdStage
 from .zstdframes import FRAME_SIZE
 
 
@@ -226,11 +226,27 @@ class DownloadChain:
         original_len: int,
         start: int,
         stop: int,
-    ) -> bytes:
+    ) -> Payload:
         """Original bytes [start, stop) of a stored chunk: the whole chunk is verified (its seal covers
         all of it), then only the frames holding those bytes are inflated."""
+        return self._codec.open_range(
+            self.open_seal(stored, segment_no, chunk_no, last), original_len, start, stop
+        )
+
+    def open_seal(self, stored: memoryview, segment_no: int, chunk_no: int, last: bool) -> Payload:
+        """A stored chunk verified (and decrypted): its payload, still compressed."""
         seal = self._seals.get(segment_no) or self._seal_for(segment_no)
-        return self._codec.open_range(seal.open(stored, chunk_no, last), original_len, start, stop)
+        return seal.open(stored, chunk_no, last)
+
+    def range_plan(
+        self, payload: Payload, original_len: int, start: int, stop: int
+    ) -> list[FrameStep] | None:
+        """See ZstdStage.range_plan."""
+        return self._codec.range_plan(payload, original_len, start, stop)
+
+    def inflate_part(self, payload: Payload, step: FrameStep) -> Payload:
+        """See ZstdStage.inflate_part."""
+        return self._codec.inflate_part(payload, *step)
 
     def _seal_for(self, segment_no: int) -> SealStage:
         info = self._segments.get(segment_no)

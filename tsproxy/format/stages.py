@@ -27,6 +27,15 @@ from . import zstdframes
 from .context import SALT_SIZE, TAG_SIZE, ObjectContext, aad_prefix, chunk_aad, chunk_nonce
 
 Payload = bytes | memoryview
+# One frame of a range read, and the part of its original bytes [lo, hi) that the range takes.
+FrameStep = tuple[zstdframes.Frame, int, int]
+
+
+def join_pieces(pieces: list[Payload]) -> Payload:
+    """Pieces of original bytes as one: the piece itself when there is one (no copy)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return b"".join(pieces)
 
 
 class ZstdStage:
@@ -76,16 +85,35 @@ class ZstdStage:
             return self._inflate(payload, run[0])
         return b"".join(self._inflate(payload, frame) for frame in run)
 
-    def open_range(self, payload: Payload, original_len: int, start: int, stop: int) -> bytes:
+    def open_range(self, payload: Payload, original_len: int, start: int, stop: int) -> Payload:
         """Original bytes [start, stop) of a verified payload, inflating only the frames that hold them."""
+        plan = self.range_plan(payload, original_len, start, stop)
+        if plan is None:
+            return bytes(payload[start:stop])
+        return join_pieces([self.inflate_part(payload, *step) for step in plan])
+
+    def range_plan(
+        self, payload: Payload, original_len: int, start: int, stop: int
+    ) -> list[FrameStep] | None:
+        """How original bytes [start, stop) of a verified payload come back: None when it is stored as it
+        is (they are a slice of it), else the frames that hold them, in order, each with the part of its
+        output that belongs to them. The frames inflate independently (see inflate_part)."""
         if not 0 <= start <= stop <= original_len:
             raise ValueError(f"bytes {start}..{stop} are not within a chunk of {original_len}")
         if len(payload) == original_len:
-            return bytes(payload[start:stop])
+            return None
         run = self._frames(payload, original_len)
         first, past, offset = zstdframes.covering(run, start, stop)
-        data = b"".join(self._inflate(payload, frame) for frame in run[first:past])
-        return data[start - offset : stop - offset]
+        plan = []
+        for frame in run[first:past]:
+            plan.append((frame, max(start - offset, 0), min(stop - offset, frame.content_size)))
+            offset += frame.content_size
+        return plan
+
+    def inflate_part(self, payload: Payload, frame: zstdframes.Frame, lo: int, hi: int) -> Payload:
+        """Original bytes [lo, hi) of one frame of a verified payload (a view when not all of it)."""
+        data = self._inflate(payload, frame)
+        return data if lo == 0 and hi == len(data) else memoryview(data)[lo:hi]
 
     def _frames(self, payload: Payload, original_len: int) -> list[zstdframes.Frame]:
         if len(payload) > original_len:
