@@ -36,6 +36,34 @@ def test_forward_slack(first: int, sequential: bool) -> None:
     assert p.begin(A, first).sequential is sequential
 
 
+@pytest.mark.parametrize(
+    ("first", "sequential"),
+    [
+        (MIB // 2, True),  # a Kafka fetch: from a batch at or before where the last one ended
+        (MIB, True),  # a plugin's next chunk read
+        (MIB + 32 * 1024, True),  # a little past
+        (MIB + 3 * MIB, False),  # past a read that ended where it meant to: a seek, not a continuation
+    ],
+)
+def test_after_a_read_served_whole_the_next_must_start_about_where_it_ended(
+    first: int, sequential: bool
+) -> None:
+    p = PrefetchPolicy(16 * MIB, forward_slack=4 * MIB, finished_slack=64 * 1024)
+    s = p.begin(A, 0)
+    p.consumed(A, s, 0, MIB)
+    p.finished(s)
+    assert p.begin(A, first).sequential is sequential
+
+
+def test_a_continuation_is_no_longer_finished() -> None:
+    p = PrefetchPolicy(16 * MIB, forward_slack=4 * MIB, finished_slack=0)
+    s = p.begin(A, 0)
+    p.consumed(A, s, 0, MIB)
+    p.finished(s)
+    assert p.begin(A, MIB) is s and not s.finished  # its read is under way: cut short until it ends
+    assert p.begin(A, 3 * MIB).sequential  # a read after one cut short gets the forward slack
+
+
 def test_objects_are_tracked_apart() -> None:
     p = PrefetchPolicy(16 * MIB)
     s = p.begin(A, 0)

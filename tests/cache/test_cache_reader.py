@@ -866,6 +866,30 @@ async def test_seeks_into_a_chunk_decode_its_stored_bytes_from_memory(
     await small.close()
 
 
+@pytest.mark.parametrize(("gap", "reads_ahead"), [(0, True), (2 * MIB, False)])
+async def test_a_read_just_past_a_whole_read_is_a_seek_not_a_continuation(
+    cache: ChunkCache, executor: ThreadPoolExecutor, gap: int, reads_ahead: bool
+) -> None:
+    """Consumers seeking at random: a 1 MiB read that starts 2 MiB past where a whole read ended does not
+    continue it (no read-ahead past its end); one that starts where it ended does."""
+    obj = make_object(random_data(40 * MIB), chunk_size=4 * MIB)
+    reader = ChunkReader(cache, executor, prefetch_bytes=8 * MIB)
+    fetch = CountingFetch(obj)
+    first = 4 * MIB + 100
+    assert await read_all(reader, obj, fetch, first, first + MIB - 1) == obj.data[first : first + MIB]
+    await settle(reader)
+    fetch.calls.clear()
+    second = first + MIB + gap
+    got = await read_all(reader, obj, fetch, second, second + MIB - 1)
+    assert got == obj.data[second : second + MIB]
+    await settle(reader)
+    index = obj.manifest.index
+    own = index.span(second, second + MIB - 1)
+    beyond = [c for c in fetch.calls if c[1] > own.stored_end]
+    assert bool(beyond) is reads_ahead, fetch.calls
+    await reader.close()
+
+
 @pytest.mark.parametrize("first", [0, 4 * MIB])
 async def test_a_read_from_the_first_byte_reads_ahead(
     cache: ChunkCache, executor: ThreadPoolExecutor, first: int

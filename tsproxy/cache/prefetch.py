@@ -4,8 +4,12 @@ Kafka reads a remote segment forward: either one long GET from a position to the
 consumes lazily (and often drops after about 1 MiB), or a series of ranged GETs, each starting where the
 previous one ended. The policy keeps, per object, a few *streams*: where a reader started, how far it has
 consumed, and how far ahead chunks have been scheduled (the frontier). A read that starts after a
-stream's start and at most `forward_slack` bytes past where it stopped continues that stream, which marks
-it sequential; any other read starts a new stream.
+stream's start and not far past where it stopped continues that stream, which marks it sequential; any
+other read starts a new stream. How far past: after a read served to its last byte, at most
+`finished_slack` (a Kafka fetch starts at a batch at or before the previous fetch's end, a plugin's
+chunk read at its end); after one cut short, `forward_slack`, since the client read on past what the
+stream counts as consumed (a long GET dropped after about 1 MiB counts only the chunks it got whole).
+Consumers seeking at random thus rarely pass for forward readers and set off read-ahead they never use.
 
 A reader asks `want()` as it consumes. When less than a window lies scheduled ahead of it, the answer
 is the next whole window after the frontier, so windows go out as one large request each rather than a
@@ -31,6 +35,7 @@ class Stream:
     position: int  # consumed up to here (exclusive): where a sequential next read begins
     frontier: int  # chunks are scheduled up to here (exclusive)
     sequential: bool = False  # a read has continued this stream: prefetch may go past a read's end
+    finished: bool = False  # its latest read was served to its last byte (see `finished`)
 
 
 @dataclass
@@ -47,14 +52,16 @@ class PrefetchPolicy:
         window_bytes: int = 16 << 20,
         *,
         forward_slack: int = 4 << 20,
+        finished_slack: int = 64 << 10,
         max_objects: int = 1024,
         max_streams: int = 4,
         on_count: Callable[[str, int], None] | None = None,
     ) -> None:
-        if window_bytes < 0 or forward_slack < 0 or max_objects < 1 or max_streams < 1:
+        if window_bytes < 0 or forward_slack < 0 or finished_slack < 0 or max_objects < 1 or max_streams < 1:
             raise ValueError("prefetch policy bounds must be positive")
         self.window_bytes = window_bytes
         self.forward_slack = forward_slack
+        self.finished_slack = finished_slack
         self.max_objects = max_objects
         self.max_streams = max_streams
         self._on_count = on_count
@@ -72,13 +79,15 @@ class PrefetchPolicy:
         tracked = self._touch(object_id)
         best: Stream | None = None
         for s in tracked.streams:
-            if s.start < first <= s.position + self.forward_slack and (
+            slack = self.finished_slack if s.finished else self.forward_slack
+            if s.start < first <= s.position + slack and (
                 best is None or abs(first - s.position) < abs(first - best.position)
             ):
                 best = s
         if best is not None:
             tracked.streams.remove(best)
             best.sequential = True
+            best.finished = False
             best.start = first
             best.position = max(best.position, first)
         else:
@@ -121,6 +130,11 @@ class PrefetchPolicy:
         if tracked is not None and chunk_index in tracked.prefetched:
             tracked.prefetched.discard(chunk_index)
             self._count("used", 1)
+
+    @staticmethod
+    def finished(stream: Stream) -> None:
+        """The stream's latest read was served to its last byte: its position is where the client is."""
+        stream.finished = True
 
     def forget(self, object_id: bytes) -> None:
         """Stop tracking an object; its unread prefetched chunks count as wasted."""

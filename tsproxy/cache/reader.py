@@ -231,6 +231,7 @@ class ChunkReader:
                     data = data if start == 0 and stop == len(data) else memoryview(data)[start:stop]
                 yield data
                 self._policy.consumed(manifest.object_id, stream, i, ref.original_offset + stop)
+            self._policy.finished(stream)
         finally:
             rd.pending.clear()
 
