@@ -17,7 +17,7 @@ windows go out as background requests, bounded in number and in bytes, whose chu
 A forward reader also has the next PROMOTE_AHEAD chunks read from the disk cache and decoded into
 memory in the background, so a warm sequential read does not stop at each chunk boundary for them.
 Chunks are decoded (authenticated, decrypted, inflated) in the executor, one ChunkDecoder per thread and
-object version. The disk cache holds the stored bytes as fetched (cache.chunks), put there once they have
+object version; the frames a seek needs of a chunk inflate on several of its threads at once. The disk cache holds the stored bytes as fetched (cache.chunks), put there once they have
 decoded; memory holds plaintext. A chunk that fails is an error for every reader waiting on it and is
 never cached; a disk-cache entry that fails to decode is dropped as stale and the chunk fetched again.
 Downloads outlive the read that started them, so a client hanging up never fails another reader
