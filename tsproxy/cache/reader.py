@@ -16,10 +16,11 @@ within its own range, and past it to the object's end once the object is being r
 windows go out as background requests, bounded in number and in bytes, whose chunks land in the cache.
 A forward reader also has the next PROMOTE_AHEAD chunks read from the disk cache and decoded into
 memory in the background, so a warm sequential read does not stop at each chunk boundary for them.
-Chunks are decoded (authenticated, decrypted, inflated) in the executor, one ChunkDecoder per thread and
-object version; the frames a seek needs of a chunk inflate on several of its threads at once. The disk cache holds the stored bytes as fetched (cache.chunks), put there once they have
-decoded; memory holds plaintext. A chunk that fails is an error for every reader waiting on it and is
-never cached; a disk-cache entry that fails to decode is dropped as stale and the chunk fetched again.
+Chunks are decoded (authenticated, decrypted, inflated) in the executor (decoding.ThreadDecoders: the
+frames a seek needs of a chunk inflate on several of its threads at once). The disk cache holds the
+stored bytes as fetched (cache.chunks), put there once they have decoded; memory holds plaintext. A
+chunk that fails is an error for every reader waiting on it and is never cached; a disk-cache entry
+that fails to decode is dropped as stale and the chunk fetched again.
 Downloads outlive the read that started them, so a client hanging up never fails another reader
 sharing them.
 
@@ -34,20 +35,18 @@ import asyncio
 import contextlib
 import hashlib
 import struct
-import threading
-import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from concurrent.futures import Executor, Future
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from tsproxy import defaults, errors
-from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
-from tsproxy.format.stages import FrameStep, join_pieces
+from tsproxy.format import ChunkRef, Manifest, ObjectContext
 from tsproxy.metrics import Metrics
 
 from .chunks import DIRECT_BLOCK, ChunkCache, ChunkKey
+from .decoding import Span, ThreadDecoders
 from .hot import HotChunks, Sealed
 from .plan import FetchRequest, plan_fetches
 from .prefetch import PrefetchPolicy, Stream
@@ -67,14 +66,9 @@ PROMOTE_AHEAD = 1
 # Bytes a kept view may hold beyond what it shows (a disk-cache entry's header and padding) before it is
 # copied instead (see ChunkReader._keep_sealed).
 KEEP_SLACK_BYTES = 2 * DIRECT_BLOCK
-# Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
-DECODERS_PER_THREAD = 16
 # Manifests whose version_id is remembered (hashing a large multipart object's segments at every read
 # was a measurable share of a cold random read's event-loop time).
 VERSIONS_KEPT = 64
-
-Span = tuple[int, int]
-"""Original bytes [start, stop) within one chunk."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +150,6 @@ class ChunkReader:
             raise ValueError("reader bounds must be positive")
         self._cache = cache
         self._hot = HotChunks(memory_bytes)
-        self._executor = executor
         self._max_request = max_request_bytes
         self._max_gap = max_gap_bytes
         self._metrics = metrics
@@ -177,7 +170,7 @@ class ChunkReader:
         # Disk-cache reads started ahead of a forward reader: their result, or None when the cache
         # no longer had the chunk. Not single-flight downloads: they fetch nothing from the backend.
         self._promoting: dict[ChunkKey, asyncio.Future[bytes | memoryview | None]] = {}
-        self._local = threading.local()
+        self._decoders = ThreadDecoders(executor, metrics)
         # id(manifest) -> (the manifest, its version_id): the manifest is held so its id stays its own.
         self._versions: OrderedDict[int, tuple[Manifest, bytes]] = OrderedDict()
         self._closed = False
@@ -474,20 +467,8 @@ class ChunkReader:
     async def _decoded(
         self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None
     ) -> bytes | memoryview:
-        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor; the
-        frames of a part are inflated across its threads."""
-        loop = asyncio.get_running_loop()
-        if part is None:
-            return await loop.run_in_executor(
-                self._executor, self._decode, rd.manifest, rd.ctx, rd.version, ref, stored
-            )
-        first, rest = await loop.run_in_executor(
-            self._executor, self._decode_part, rd.manifest, rd.ctx, rd.version, ref, stored, part
-        )
-        if not rest:
-            return first
-        others = await asyncio.gather(*(asyncio.wrap_future(f) for f in rest))
-        return join_pieces([first, *others])
+        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor."""
+        return await self._decoders.decode(rd.manifest, rd.ctx, rd.version, ref, stored, part)
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
@@ -627,81 +608,6 @@ class ChunkReader:
             await self._cache.put(rd.key(ref), stored)
         # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
         self._flights.forget(rd.key(ref), fut)
-
-    def _decoder(self, manifest: Manifest, ctx: ObjectContext, version: bytes) -> ChunkDecoder:
-        """This executor thread's decoder of one stored version (see version_id: another version of the
-        object id has other salts or CRCs)."""
-        decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
-        if decoders is None:
-            decoders = self._local.decoders = OrderedDict()
-        decoder = decoders.get(version)
-        if decoder is None:
-            decoder = decoders[version] = ChunkDecoder(manifest, ctx)
-            if len(decoders) > DECODERS_PER_THREAD:
-                decoders.popitem(last=False)
-        else:
-            decoders.move_to_end(version)
-        return decoder
-
-    def _decode(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        stored: bytes | memoryview,
-    ) -> bytes:
-        """Runs on an executor thread: verify and decode one whole chunk."""
-        with self._counting_cpu():
-            return self._decoder(manifest, ctx, version).decode(ref, stored)
-
-    def _decode_part(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        stored: bytes | memoryview,
-        part: Span,
-    ) -> tuple[bytes | memoryview, list[Future[bytes | memoryview]]]:
-        """Runs on an executor thread: verify the whole chunk, then inflate the first frame that holds
-        `part` while the frames after it inflate on the other threads of the executor (one core each),
-        handed back as futures. Nothing waits here for another thread's work, so a full executor cannot
-        deadlock on it."""
-        with self._counting_cpu():
-            decoder = self._decoder(manifest, ctx, version)
-            payload, plan = decoder.open_range(ref, stored, *part)
-            if plan is None:  # stored as it is
-                return bytes(payload[part[0] : part[1]]), []
-            if not plan:
-                return b"", []
-            rest = [
-                self._executor.submit(self._inflate_part, manifest, ctx, version, ref, payload, step)
-                for step in plan[1:]
-            ]
-            return decoder.inflate_part(ref, payload, plan[0]), rest
-
-    def _inflate_part(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        payload: bytes | memoryview,
-        step: FrameStep,
-    ) -> bytes | memoryview:
-        with self._counting_cpu():
-            return self._decoder(manifest, ctx, version).inflate_part(ref, payload, step)
-
-    @contextlib.contextmanager
-    def _counting_cpu(self) -> Iterator[None]:
-        """Count the executor thread's CPU time spent inside as read transform time."""
-        started = time.thread_time()
-        try:
-            yield
-        finally:
-            if self._metrics is not None:
-                self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)
 
     # -- metrics -----------------------------------------------------------------------------------
 

@@ -1,0 +1,135 @@
+"""Decoding stored chunks on the transform threads: one ChunkDecoder per thread and stored version, and
+the frames a seek needs of a chunk inflated on several threads at once. Used by the read engine
+(reader.py); no I/O, no cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import Executor, Future
+
+from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
+from tsproxy.format.stages import FrameStep, join_pieces
+from tsproxy.metrics import Metrics
+
+# Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
+DECODERS_PER_THREAD = 16
+
+Span = tuple[int, int]
+"""Original bytes [start, stop) within one chunk."""
+
+
+class ThreadDecoders:
+    """Verifies and decodes chunks in an executor, counting the threads' CPU time as read transform time.
+
+    `version` names one stored version of an object (reader.version_id): another version of the same
+    object id has other salts or CRCs, so decoders are kept per version.
+    """
+
+    def __init__(self, executor: Executor, metrics: Metrics | None = None) -> None:
+        self._executor = executor
+        self._metrics = metrics
+        self._local = threading.local()
+
+    async def decode(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+        part: Span | None = None,
+    ) -> bytes | memoryview:
+        """Chunk ref's plaintext, or only `part` of it (the whole chunk is verified either way). The frames
+        of a part are inflated across the executor's threads."""
+        loop = asyncio.get_running_loop()
+        if part is None:
+            return await loop.run_in_executor(
+                self._executor, self._decode, manifest, ctx, version, ref, stored
+            )
+        first, rest = await loop.run_in_executor(
+            self._executor, self._decode_part, manifest, ctx, version, ref, stored, part
+        )
+        if not rest:
+            return first
+        others = await asyncio.gather(*(asyncio.wrap_future(f) for f in rest))
+        return join_pieces([first, *others])
+
+    def _decoder(self, manifest: Manifest, ctx: ObjectContext, version: bytes) -> ChunkDecoder:
+        """This executor thread's decoder of one stored version."""
+        decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
+        if decoders is None:
+            decoders = self._local.decoders = OrderedDict()
+        decoder = decoders.get(version)
+        if decoder is None:
+            decoder = decoders[version] = ChunkDecoder(manifest, ctx)
+            if len(decoders) > DECODERS_PER_THREAD:
+                decoders.popitem(last=False)
+        else:
+            decoders.move_to_end(version)
+        return decoder
+
+    def _decode(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+    ) -> bytes:
+        """Runs on an executor thread: verify and decode one whole chunk."""
+        with self._counting_cpu():
+            return self._decoder(manifest, ctx, version).decode(ref, stored)
+
+    def _decode_part(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+        part: Span,
+    ) -> tuple[bytes | memoryview, list[Future[bytes | memoryview]]]:
+        """Runs on an executor thread: verify the whole chunk, then inflate the first frame that holds
+        `part` while the frames after it inflate on the other threads of the executor (one core each),
+        handed back as futures. Nothing waits here for another thread's work, so a full executor cannot
+        deadlock on it."""
+        with self._counting_cpu():
+            decoder = self._decoder(manifest, ctx, version)
+            payload, plan = decoder.open_range(ref, stored, *part)
+            if plan is None:  # stored as it is
+                return bytes(payload[part[0] : part[1]]), []
+            if not plan:
+                return b"", []
+            rest = [
+                self._executor.submit(self._inflate_part, manifest, ctx, version, ref, payload, step)
+                for step in plan[1:]
+            ]
+            return decoder.inflate_part(ref, payload, plan[0]), rest
+
+    def _inflate_part(
+        self,
+        manifest: Manifest,
+        ctx: ObjectContext,
+        version: bytes,
+        ref: ChunkRef,
+        payload: bytes | memoryview,
+        step: FrameStep,
+    ) -> bytes | memoryview:
+        with self._counting_cpu():
+            return self._decoder(manifest, ctx, version).inflate_part(ref, payload, step)
+
+    @contextlib.contextmanager
+    def _counting_cpu(self) -> Iterator[None]:
+        """Count the executor thread's CPU time spent inside as read transform time."""
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            if self._metrics is not None:
+                self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)
