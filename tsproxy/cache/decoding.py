@@ -1,6 +1,12 @@
 """Decoding stored chunks on the transform threads: one ChunkDecoder per thread and stored version, and
-the frames a seek needs of a chunk inflated on several threads at once. Used by the read engine
-(reader.py); no I/O, no cache.
+the frames a seek needs of a chunk inflated on several threads at once when the others are idle. Used by
+the read engine (reader.py); no I/O, no cache.
+
+Spreading a seek's frames over the threads shortens a lone consumer's wait (two 1 MiB frames at once
+instead of one after the other). Under load it gains nothing, since every thread is busy anyway, and it
+would keep each chunk's decrypted payload alive until its last frame's turn in the queue: with 32
+readers seeking at once that held tens of MiB more. So a decode only hands frames to other threads
+when it is the only decode in the pool.
 """
 
 from __future__ import annotations
@@ -10,12 +16,15 @@ import contextlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
 
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.format.stages import FrameStep, join_pieces
 from tsproxy.metrics import Metrics
+
+T = TypeVar("T")
 
 # Decoders kept per executor thread (each holds a zstd context and an AES key schedule).
 DECODERS_PER_THREAD = 16
@@ -35,6 +44,8 @@ class ThreadDecoders:
         self._executor = executor
         self._metrics = metrics
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._jobs = 0  # decodes submitted and not yet finished (frames handed on are not counted)
 
     async def decode(
         self,
@@ -47,18 +58,29 @@ class ThreadDecoders:
     ) -> bytes | memoryview:
         """Chunk ref's plaintext, or only `part` of it (the whole chunk is verified either way). The frames
         of a part are inflated across the executor's threads."""
-        loop = asyncio.get_running_loop()
         if part is None:
-            return await loop.run_in_executor(
-                self._executor, self._decode, manifest, ctx, version, ref, stored
-            )
-        first, rest = await loop.run_in_executor(
-            self._executor, self._decode_part, manifest, ctx, version, ref, stored, part
-        )
+            return await self._submit(self._decode, manifest, ctx, version, ref, stored)
+        first, rest = await self._submit(self._decode_part, manifest, ctx, version, ref, stored, part)
         if not rest:
             return first
         others = await asyncio.gather(*(asyncio.wrap_future(f) for f in rest))
         return join_pieces([first, *others])
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """fn(*args) on the executor, counted in `_jobs` until it ends or is cancelled before it starts."""
+        with self._lock:
+            self._jobs += 1
+        try:
+            job = self._executor.submit(fn, *args)
+        except BaseException:
+            self._ended(None)
+            raise
+        job.add_done_callback(self._ended)
+        return asyncio.wrap_future(job)
+
+    def _ended(self, _job: Future[Any] | None) -> None:
+        with self._lock:
+            self._jobs -= 1
 
     def _decoder(self, manifest: Manifest, ctx: ObjectContext, version: bytes) -> ChunkDecoder:
         """This executor thread's decoder of one stored version."""
@@ -97,8 +119,8 @@ class ThreadDecoders:
     ) -> tuple[bytes | memoryview, list[Future[bytes | memoryview]]]:
         """Runs on an executor thread: verify the whole chunk, then inflate the first frame that holds
         `part` while the frames after it inflate on the other threads of the executor (one core each),
-        handed back as futures. Nothing waits here for another thread's work, so a full executor cannot
-        deadlock on it."""
+        handed back as futures; or all of them here when other decodes are queued or running. Nothing
+        waits here for another thread's work, so a full executor cannot deadlock on it."""
         with self._counting_cpu():
             decoder = self._decoder(manifest, ctx, version)
             payload, plan = decoder.open_range(ref, stored, *part)
@@ -106,6 +128,8 @@ class ThreadDecoders:
                 return bytes(payload[part[0] : part[1]]), []
             if not plan:
                 return b"", []
+            if self._jobs > 1:
+                return join_pieces([decoder.inflate_part(ref, payload, step) for step in plan]), []
             rest = [
                 self._executor.submit(self._inflate_part, manifest, ctx, version, ref, payload, step)
                 for step in plan[1:]

@@ -1,0 +1,63 @@
+"""ThreadDecoders: a seek's frames spread over the transform threads only while no other decode waits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from cache_helpers import MIB, make_object, text_data
+
+from tsproxy.cache.decoding import ThreadDecoders
+from tsproxy.cache.reader import version_id
+from tsproxy.format import KeyRing
+from tsproxy.format.stages import ZstdStage
+from tsproxy.format.zstdframes import Frame
+
+
+def recording_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread of each zstd frame inflated from now on, in order."""
+    threads: list[int] = []
+    real_inflate = ZstdStage._inflate
+
+    def recording(self: ZstdStage, payload: bytes | memoryview, frame: Frame) -> bytes:
+        threads.append(threading.get_ident())
+        return real_inflate(self, payload, frame)
+
+    monkeypatch.setattr(ZstdStage, "_inflate", recording)
+    return threads
+
+
+async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
+    ring: KeyRing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    version = version_id(obj.manifest)
+    ref = obj.manifest.index.chunk(1)
+    stored = bytes(obj.stored[ref.stored_offset : ref.stored_offset + ref.stored_len])
+    part = (700_000, 700_000 + MIB)  # a frame and the next
+    expected = obj.data[4 * MIB + part[0] : 4 * MIB + part[1]]
+    with ThreadPoolExecutor(3) as pool:
+        decoders = ThreadDecoders(pool)
+        # Alone in the pool: the second frame goes to another thread (test_cache_reader shows they run
+        # at the same time).
+        threads = recording_threads(monkeypatch)
+        assert bytes(await decoders.decode(obj.manifest, obj.ctx, version, ref, stored, part)) == expected
+        assert len(threads) == 2 and threads[0] != threads[1]
+        # Another decode holds a thread: both frames are inflated by the seek's own thread.
+        release = threading.Event()
+        real_decode = decoders._decode
+
+        def held(*args: object) -> bytes:
+            release.wait(30)
+            return real_decode(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(decoders, "_decode", held)
+        whole = asyncio.ensure_future(decoders.decode(obj.manifest, obj.ctx, version, ref, stored))
+        threads.clear()
+        assert bytes(await decoders.decode(obj.manifest, obj.ctx, version, ref, stored, part)) == expected
+        assert len(threads) == 2 and threads[0] == threads[1]
+        release.set()
+        assert bytes(await whole) == obj.data[4 * MIB : 8 * MIB]
+        assert decoders._jobs == 0
