@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from cache_helpers import MIB, make_object, text_data
 
-from tsproxy.cache.decoding import ThreadDecoders
+from tsproxy.cache.decoding import ThreadDecoders, Version
 from tsproxy.cache.reader import version_id
 from tsproxy.format import KeyRing
 from tsproxy.format.stages import ZstdStage
@@ -33,7 +33,7 @@ async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
     ring: KeyRing, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
-    version = version_id(obj.manifest)
+    stored_version = Version(obj.manifest, obj.ctx, version_id(obj.manifest))
     ref = obj.manifest.index.chunk(1)
     stored = bytes(obj.stored[ref.stored_offset : ref.stored_offset + ref.stored_len])
     part = (700_000, 700_000 + MIB)  # a frame and the next
@@ -43,7 +43,7 @@ async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
         # Alone in the pool: the second frame goes to another thread (test_cache_reader shows they run
         # at the same time).
         threads = recording_threads(monkeypatch)
-        assert bytes(await decoders.decode(obj.manifest, obj.ctx, version, ref, stored, part)) == expected
+        assert bytes(await decoders.decode(stored_version, ref, stored, part)) == expected
         assert len(threads) == 2 and threads[0] != threads[1]
         # Another decode holds a thread: both frames are inflated by the seek's own thread.
         release = threading.Event()
@@ -54,9 +54,9 @@ async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
             return real_decode(*args)  # type: ignore[arg-type]
 
         monkeypatch.setattr(decoders, "_decode", held)
-        whole = asyncio.ensure_future(decoders.decode(obj.manifest, obj.ctx, version, ref, stored))
+        whole = asyncio.ensure_future(decoders.decode(stored_version, ref, stored))
         threads.clear()
-        assert bytes(await decoders.decode(obj.manifest, obj.ctx, version, ref, stored, part)) == expected
+        assert bytes(await decoders.decode(stored_version, ref, stored, part)) == expected
         assert len(threads) == 2 and threads[0] == threads[1]
         release.set()
         assert bytes(await whole) == obj.data[4 * MIB : 8 * MIB]

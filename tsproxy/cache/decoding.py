@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.format.stages import FrameStep, join_pieces
@@ -33,12 +33,17 @@ Span = tuple[int, int]
 """Original bytes [start, stop) within one chunk."""
 
 
-class ThreadDecoders:
-    """Verifies and decodes chunks in an executor, counting the threads' CPU time as read transform time.
+class Version(NamedTuple):
+    """One stored version of an object, as its chunks are decoded: `version` is reader.version_id(manifest)
+    (another version of the same object id has other salts or CRCs, so decoders are kept per version)."""
 
-    `version` names one stored version of an object (reader.version_id): another version of the same
-    object id has other salts or CRCs, so decoders are kept per version.
-    """
+    manifest: Manifest
+    ctx: ObjectContext
+    version: bytes
+
+
+class ThreadDecoders:
+    """Verifies and decodes chunks in an executor, counting the threads' CPU time as read transform time."""
 
     def __init__(self, executor: Executor, metrics: Metrics | None = None) -> None:
         self._executor = executor
@@ -48,19 +53,13 @@ class ThreadDecoders:
         self._jobs = 0  # decodes submitted and not yet finished (frames handed on are not counted)
 
     async def decode(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        stored: bytes | memoryview,
-        part: Span | None = None,
+        self, obj: Version, ref: ChunkRef, stored: bytes | memoryview, part: Span | None = None
     ) -> bytes | memoryview:
         """Chunk ref's plaintext, or only `part` of it (the whole chunk is verified either way). The frames
         of a part are inflated across the executor's threads."""
         if part is None:
-            return await self._submit(self._decode, manifest, ctx, version, ref, stored)
-        first, rest = await self._submit(self._decode_part, manifest, ctx, version, ref, stored, part)
+            return await self._submit(self._decode, obj, ref, stored)
+        first, rest = await self._submit(self._decode_part, obj, ref, stored, part)
         if not rest:
             return first
         others = await asyncio.gather(*(asyncio.wrap_future(f) for f in rest))
@@ -82,47 +81,34 @@ class ThreadDecoders:
         with self._lock:
             self._jobs -= 1
 
-    def _decoder(self, manifest: Manifest, ctx: ObjectContext, version: bytes) -> ChunkDecoder:
+    def _decoder(self, obj: Version) -> ChunkDecoder:
         """This executor thread's decoder of one stored version."""
         decoders: OrderedDict[bytes, ChunkDecoder] | None = getattr(self._local, "decoders", None)
         if decoders is None:
             decoders = self._local.decoders = OrderedDict()
-        decoder = decoders.get(version)
+        decoder = decoders.get(obj.version)
         if decoder is None:
-            decoder = decoders[version] = ChunkDecoder(manifest, ctx)
+            decoder = decoders[obj.version] = ChunkDecoder(obj.manifest, obj.ctx)
             if len(decoders) > DECODERS_PER_THREAD:
                 decoders.popitem(last=False)
         else:
-            decoders.move_to_end(version)
+            decoders.move_to_end(obj.version)
         return decoder
 
-    def _decode(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        stored: bytes | memoryview,
-    ) -> bytes:
+    def _decode(self, obj: Version, ref: ChunkRef, stored: bytes | memoryview) -> bytes:
         """Runs on an executor thread: verify and decode one whole chunk."""
         with self._counting_cpu():
-            return self._decoder(manifest, ctx, version).decode(ref, stored)
+            return self._decoder(obj).decode(ref, stored)
 
     def _decode_part(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        stored: bytes | memoryview,
-        part: Span,
+        self, obj: Version, ref: ChunkRef, stored: bytes | memoryview, part: Span
     ) -> tuple[bytes | memoryview, list[Future[bytes | memoryview]]]:
         """Runs on an executor thread: verify the whole chunk, then inflate the first frame that holds
         `part` while the frames after it inflate on the other threads of the executor (one core each),
         handed back as futures; or all of them here when other decodes are queued or running. Nothing
         waits here for another thread's work, so a full executor cannot deadlock on it."""
         with self._counting_cpu():
-            decoder = self._decoder(manifest, ctx, version)
+            decoder = self._decoder(obj)
             payload, plan = decoder.open_range(ref, stored, *part)
             if plan is None:  # stored as it is
                 return bytes(payload[part[0] : part[1]]), []
@@ -130,23 +116,14 @@ class ThreadDecoders:
                 return b"", []
             if self._jobs > 1:
                 return join_pieces([decoder.inflate_part(ref, payload, step) for step in plan]), []
-            rest = [
-                self._executor.submit(self._inflate_part, manifest, ctx, version, ref, payload, step)
-                for step in plan[1:]
-            ]
+            rest = [self._executor.submit(self._inflate_part, obj, ref, payload, step) for step in plan[1:]]
             return decoder.inflate_part(ref, payload, plan[0]), rest
 
     def _inflate_part(
-        self,
-        manifest: Manifest,
-        ctx: ObjectContext,
-        version: bytes,
-        ref: ChunkRef,
-        payload: bytes | memoryview,
-        step: FrameStep,
+        self, obj: Version, ref: ChunkRef, payload: bytes | memoryview, step: FrameStep
     ) -> bytes | memoryview:
         with self._counting_cpu():
-            return self._decoder(manifest, ctx, version).inflate_part(ref, payload, step)
+            return self._decoder(obj).inflate_part(ref, payload, step)
 
     @contextlib.contextmanager
     def _counting_cpu(self) -> Iterator[None]:

@@ -46,7 +46,7 @@ from tsproxy.format import ChunkRef, Manifest, ObjectContext
 from tsproxy.metrics import Metrics
 
 from .chunks import DIRECT_BLOCK, ChunkCache, ChunkKey
-from .decoding import Span, ThreadDecoders
+from .decoding import Span, ThreadDecoders, Version
 from .hot import HotChunks, Sealed
 from .plan import FetchRequest, plan_fetches
 from .prefetch import PrefetchPolicy, Stream
@@ -107,6 +107,10 @@ class _Read:
 
     def key(self, ref: ChunkRef) -> ChunkKey:
         return ChunkKey(self.version, ref.segment_no, ref.chunk_no)
+
+    @property
+    def decoding(self) -> Version:
+        return Version(self.manifest, self.ctx, self.version)
 
 
 def version_id(manifest: Manifest) -> bytes:
@@ -468,7 +472,7 @@ class ChunkReader:
         self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None
     ) -> bytes | memoryview:
         """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor."""
-        return await self._decoders.decode(rd.manifest, rd.ctx, rd.version, ref, stored, part)
+        return await self._decoders.decode(rd.decoding, ref, stored, part)
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
