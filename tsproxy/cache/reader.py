@@ -94,7 +94,11 @@ class _Read:
     manifest: Manifest
     ctx: ObjectContext
     fetch: FetchStored
+    first: int  # the original bytes first..last (inclusive) it reads
+    last: int
     last_chunk: int
+    # Moving forward through the object: it gets, and shares, whole chunks, and may schedule past its end.
+    forward: bool
     limit: int  # original offset (exclusive) up to which this read may schedule chunks
     stream: Stream
     version: bytes  # version_id(manifest)
@@ -107,6 +111,15 @@ class _Read:
 
     def key(self, ref: ChunkRef) -> ChunkKey:
         return ChunkKey(self.version, ref.segment_no, ref.chunk_no)
+
+    def part(self, ref: ChunkRef) -> Span | None:
+        """What a read that is not moving forward needs of chunk ref when that is only part of it (see
+        Part: only that part is inflated); None when it gets the whole chunk."""
+        start = max(self.first, ref.original_offset) - ref.original_offset
+        stop = min(self.last + 1, ref.original_offset + ref.original_len) - ref.original_offset
+        if self.forward or (start == 0 and stop == ref.original_len):
+            return None
+        return start, stop
 
     @property
     def decoding(self) -> Version:
@@ -211,18 +224,14 @@ class ChunkReader:
         # a chunk-by-chunk scan), so its next window is on the way before the second read arrives.
         forward = stream.sequential or first == 0
         limit = manifest.size if (forward and self._cache is not None) else last + 1
-        rd = _Read(manifest, ctx, fetch, i1, limit, stream, self._version(manifest))
+        rd = _Read(manifest, ctx, fetch, first, last, i1, forward, limit, stream, self._version(manifest))
         try:
             for i in range(i0, i1 + 1):
                 ref = index.chunk(i)
                 position = max(first, ref.original_offset)
                 start = position - ref.original_offset
                 stop = min(last + 1, ref.original_offset + ref.original_len) - ref.original_offset
-                # A reader that is not moving forward through the object and needs part of a chunk has
-                # only that part inflated (see Part); everyone else gets, and shares, whole chunks. A
-                # read from the object's first byte is taken for the start of a forward scan.
-                whole = stream.sequential or first == 0 or (start == 0 and stop == ref.original_len)
-                data = await self._chunk(rd, i, ref, position, None if whole else (start, stop))
+                data = await self._chunk(rd, i, ref, position, rd.part(ref))
                 if len(data) == ref.original_len:
                     # A view, not a copy: the chunk stays alive (and unchanged) as long as the view does.
                     data = data if start == 0 and stop == len(data) else memoryview(data)[start:stop]
@@ -272,7 +281,7 @@ class ChunkReader:
             if fut is None:
                 data = await self._from_cached(rd, ref, part)
         if fut is None and data is None:
-            fut = await self._fetch_foreground(rd, i, ref, position, part)
+            fut = await self._fetch_foreground(rd, i, ref, position)
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
         await self._read_ahead(rd, position)
         self._promote_ahead(rd, i)
@@ -316,7 +325,7 @@ class ChunkReader:
         return plain
 
     async def _fetch_foreground(
-        self, rd: _Read, i: int, ref: ChunkRef, position: int, part: Span | None = None
+        self, rd: _Read, i: int, ref: ChunkRef, position: int
     ) -> asyncio.Future[Loaded]:
         """Fetch chunk i now, with the missing chunks of this read up to FOREGROUND_BYTES past position."""
         index = rd.manifest.index
@@ -328,15 +337,8 @@ class ChunkReader:
             joined = self._flights.join(rd.key(ref))
             assert joined is not None
             return joined
-        parts: dict[int, Span] = {}
-        if part is not None:
-            # A seek needs only part of its chunks: the first from `part`, the others (the read's own, as
-            # far as it goes; a seek schedules nothing past its end) from their start to the read's end.
-            parts[0] = part
-            for pos in range(1, len(refs)):
-                stop = min(rd.limit, refs[pos].original_offset + refs[pos].original_len)
-                if stop - refs[pos].original_offset < refs[pos].original_len:
-                    parts[pos] = (0, stop - refs[pos].original_offset)
+        # All of them this read's own (up to its last chunk): a seek has only what it needs inflated.
+        parts = {pos: span for pos, r in enumerate(refs) if (span := rd.part(r)) is not None}
         futures = self._launch(rd, i, refs, [True, *missing], background=False, parts=parts)
         for pos in range(1, len(refs)):
             if pos in futures:
