@@ -110,12 +110,8 @@ class ThreadDecoders:
         with self._counting_cpu():
             decoder = self._decoder(obj)
             payload, plan = decoder.open_range(ref, stored, *part)
-            if plan is None:  # stored as it is
-                return bytes(payload[part[0] : part[1]]), []
-            if not plan:
-                return b"", []
-            if self._jobs > 1:
-                return join_pieces([decoder.inflate_part(ref, payload, step) for step in plan]), []
+            if plan is None or len(plan) < 2 or self._jobs > 1:
+                return decoder.assemble(ref, payload, plan, *part), []
             rest = [self._executor.submit(self._inflate_part, obj, ref, payload, step) for step in plan[1:]]
             return decoder.inflate_part(ref, payload, plan[0]), rest
 

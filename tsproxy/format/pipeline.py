@@ -217,24 +217,10 @@ class DownloadChain:
         seal = self._seals.get(segment_no) or self._seal_for(segment_no)
         return self._codec.open(seal.open(stored, chunk_no, last), original_len)
 
-    def open_range(
-        self,
-        stored: memoryview,
-        segment_no: int,
-        chunk_no: int,
-        last: bool,
-        original_len: int,
-        start: int,
-        stop: int,
-    ) -> Payload:
-        """Original bytes [start, stop) of a stored chunk: the whole chunk is verified (its seal covers
-        all of it), then only the frames holding those bytes are inflated."""
-        return self._codec.open_range(
-            self.open_seal(stored, segment_no, chunk_no, last), original_len, start, stop
-        )
-
     def open_seal(self, stored: memoryview, segment_no: int, chunk_no: int, last: bool) -> Payload:
-        """A stored chunk verified (and decrypted): its payload, still compressed."""
+        """A stored chunk verified (and decrypted): its payload, still compressed. The seal covers the
+        whole chunk, so a read of part of it verifies all of it, then inflates only the frames it needs
+        (range_plan, then inflate_part or assemble)."""
         seal = self._seals.get(segment_no) or self._seal_for(segment_no)
         return seal.open(stored, chunk_no, last)
 
@@ -247,6 +233,10 @@ class DownloadChain:
     def inflate_part(self, payload: Payload, step: FrameStep) -> Payload:
         """See ZstdStage.inflate_part."""
         return self._codec.inflate_part(payload, *step)
+
+    def assemble(self, payload: Payload, plan: list[FrameStep] | None, start: int, stop: int) -> Payload:
+        """See ZstdStage.assemble."""
+        return self._codec.assemble(payload, plan, start, stop)
 
     def _seal_for(self, segment_no: int) -> SealStage:
         info = self._segments.get(segment_no)

@@ -87,7 +87,10 @@ class ZstdStage:
 
     def open_range(self, payload: Payload, original_len: int, start: int, stop: int) -> Payload:
         """Original bytes [start, stop) of a verified payload, inflating only the frames that hold them."""
-        plan = self.range_plan(payload, original_len, start, stop)
+        return self.assemble(payload, self.range_plan(payload, original_len, start, stop), start, stop)
+
+    def assemble(self, payload: Payload, plan: list[FrameStep] | None, start: int, stop: int) -> Payload:
+        """Original bytes [start, stop) of a verified payload by its range_plan, every frame inflated here."""
         if plan is None:
             return bytes(payload[start:stop])
         return join_pieces([self.inflate_part(payload, *step) for step in plan])
