@@ -146,8 +146,7 @@ class S3Multipart(S3Client):
         async def teed() -> AsyncIterator[bytes]:
             nonlocal taking
             while True:
-                if taking is None:
-                    taking = asyncio.ensure_future(anext(source, None))
+                taking = asyncio.ensure_future(anext(source, None))
                 try:
                     piece = await asyncio.shield(taking)
                 except Exception as e:  # the body's own failure, not the request's
