@@ -309,7 +309,7 @@ class Config:
     cache_dir: Path | None = field(default=Path(defaults.CACHE_DIR), metadata=parsed_by(_parse_optional_path))
     cache_size: int = field(default=defaults.CACHE_SIZE, metadata=parsed_by(parse_size))
     cache_encrypt: bool = field(default=defaults.CACHE_ENCRYPT, metadata=parsed_by(parse_bool))
-    # entry files written with O_DIRECT (cache.chunks); buffered where the file system refuses it
+    # opt-in: entry files written with O_DIRECT (cache.chunks); buffered where the file system refuses it
     cache_direct_io: bool = field(default=defaults.CACHE_DIRECT_IO, metadata=parsed_by(parse_bool))
     # decoded chunks kept in memory in front of the disk cache
     memory_cache_size: int = field(
