@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import stat
 import struct
 from collections.abc import Iterator
@@ -33,6 +34,10 @@ def payload(n: int, size: int = 256 * KIB) -> bytes:
 
 def value_files(directory: Path) -> list[Path]:
     return sorted(directory.rglob("*.val"))
+
+
+def entry_dirs(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.is_dir()]
 
 
 def only_value_file(directory: Path) -> Path:
@@ -193,6 +198,51 @@ async def test_eviction_keeps_the_size_bound(cache_dir: Path, io_executor: Threa
         assert metrics.cache_size._value.get() == c.size_bytes()
         # The newest entries survive, the oldest went first.
         assert bytes(await c.get(key(39)) or b"") == payload(39)
+        assert await c.get(key(0)) is None
+    finally:
+        c.close()
+
+
+async def test_entry_directories_are_one_level_and_kept_when_emptied(
+    cache_dir: Path, io_executor: ThreadPoolExecutor
+) -> None:
+    # 40 entries through a cache that holds a few: evictions empty directories, which stay, so a
+    # later put into one of them makes no directory.
+    c = ChunkCache(cache_dir, 1 << 20, executor=io_executor)
+    try:
+        for n in range(40):
+            await c.put(key(n), payload(n))
+        files = value_files(cache_dir)
+        assert files and all(len(p.relative_to(cache_dir).parts) == 2 for p in files)
+        dirs = entry_dirs(cache_dir)
+        assert all(len(d.name) == 2 for d in dirs)
+        assert len(dirs) > len(files)  # emptied by evictions, kept
+        for n in range(40 - len(files), 40):
+            assert bytes(await c.get(key(n)) or b"") == payload(n)
+    finally:
+        c.close()
+
+
+async def test_an_entry_of_the_two_level_layout_is_read_and_its_directories_removed_with_it(
+    cache_dir: Path, io_executor: ThreadPoolExecutor
+) -> None:
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    try:
+        await c.put(key(0), payload(0))
+        entry = only_value_file(cache_dir)
+    finally:
+        c.close()
+    # Where releases before put it: two levels of directories, recorded so in the database.
+    old = cache_dir / "ab" / "cd" / entry.name
+    old.parent.mkdir(parents=True)
+    entry.rename(old)
+    with sqlite3.connect(cache_dir / "cache.db") as db:
+        db.execute("UPDATE Cache SET filename = ?", (os.path.join("ab", "cd", entry.name),))
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor)
+    try:
+        assert bytes(await c.get(key(0)) or b"") == payload(0)
+        await c.discard_stale(key(0))
+        assert not old.exists() and not (cache_dir / "ab").exists()
         assert await c.get(key(0)) is None
     finally:
         c.close()

@@ -139,26 +139,42 @@ class _Pieces:
 
 class _PrivateDisk(diskcache.Disk):
     """diskcache's Disk, but entry files are created 0600 and their directories 0700 whatever the umask,
-    and written with O_DIRECT when `direct` is set (see _DirectWrites)."""
+    written with O_DIRECT when `direct` is set (see _DirectWrites), and spread over 256 directories that
+    are kept once made (diskcache's own makes two levels of them and removes each one it empties)."""
 
     direct: _DirectWrites | None = None
+
+    def filename(
+        self, key: Any = diskcache.core.UNKNOWN, value: Any = diskcache.core.UNKNOWN
+    ) -> tuple[str, str]:
+        """A random entry file name, in one of 256 directories (by its first two hex digits)."""
+        name = os.urandom(16).hex()
+        filename = os.path.join(name[:2], name[2:] + ".val")
+        return filename, os.path.join(self._directory, filename)
+
+    def remove(self, file_path: str) -> None:
+        """Delete an entry's file. Its directory stays (diskcache's own removes emptied directories, so
+        that almost every put paid for a mkdir: a new inode, some 5 % of a cold read's CPU), except one
+        of the two-level layout of releases before, removed once empty as it was."""
+        full_path = os.path.join(self._directory, file_path)
+        with suppress(OSError):
+            os.remove(full_path)
+        if file_path.count(os.sep) > 1:
+            with suppress(OSError):
+                os.removedirs(os.path.dirname(full_path))
 
     def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> tuple[Any, ...]:
         if not read:
             return tuple(super().store(value, read, key=key))
         filename, full_path = self.filename(key, value)
         pieces = list(iter(lambda: value.read(1 << 22), b""))
-        for attempt in range(10):
+        try:
+            size = self._write(full_path, pieces)
+        except FileNotFoundError:
+            # The entry's directory is not made yet (made once, by the first entry it gets).
             _make_private_dirs(self._directory, os.path.dirname(filename))
-            try:
-                size = self._write(full_path, pieces)
-            except FileNotFoundError:
-                # A concurrent eviction removed the emptied directory in between: make it again.
-                if attempt == 9:
-                    raise
-                continue
-            return size, diskcache.core.MODE_BINARY, filename, None
-        raise AssertionError("unreachable")
+            size = self._write(full_path, pieces)
+        return size, diskcache.core.MODE_BINARY, filename, None
 
     def _write(self, path: str, pieces: list[bytes | memoryview]) -> int:
         direct = self.direct
