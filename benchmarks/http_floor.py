@@ -5,7 +5,12 @@ with no signature check, cache or decoding, to the same lean SigV4 client that b
 No S3 server answering over HTTP on this machine can do a warm 1 MiB fetch faster than this for that
 client; compare its p50 with the warm rows of the fetch table.
 
+With `--serve FILE` it is only that server, in the foreground on `--port`, answering ranged GETs of any
+path from FILE's bytes held in memory: benchmarks/cpu.py measures the CPU time it takes to serve a
+segment, the part of serving a read that no decoding is in.
+
     .venv/bin/python benchmarks/http_floor.py [--requests 2000] [--json out.json]
+    .venv/bin/python benchmarks/http_floor.py --serve FILE --port N
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -23,18 +29,21 @@ from fetch_support import LeanS3
 OBJECT = bytes(range(256)) * (16 * MIB // 256)
 
 
-async def _ranged(request: web.Request) -> web.StreamResponse:
-    first, _, last = request.headers["Range"].removeprefix("bytes=").partition("-")
-    a, b = int(first), int(last)
-    response = web.StreamResponse(status=206, headers={"Content-Range": f"bytes {a}-{b}/{len(OBJECT)}"})
-    response.content_length = b - a + 1
-    await response.prepare(request)
-    await response.write(memoryview(OBJECT)[a : b + 1])
-    await response.write_eof()
-    return response
+def _ranged(data: bytes) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        first, _, last = request.headers["Range"].removeprefix("bytes=").partition("-")
+        a, b = int(first), int(last)
+        response = web.StreamResponse(status=206, headers={"Content-Range": f"bytes {a}-{b}/{len(data)}"})
+        response.content_length = b - a + 1
+        await response.prepare(request)
+        await response.write(memoryview(data)[a : b + 1])
+        await response.write_eof()
+        return response
+
+    return handler
 
 
-def _serve(port: int, started: threading.Event) -> None:
+def _serve(port: int, started: threading.Event, data: bytes = OBJECT) -> None:
     try:
         import uvloop
 
@@ -43,7 +52,7 @@ def _serve(port: int, started: threading.Event) -> None:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", _ranged)
+    app.router.add_route("GET", "/{tail:.*}", _ranged(data))
     runner = web.AppRunner(app, access_log=None)
     loop.run_until_complete(runner.setup())
     loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
@@ -55,7 +64,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--json", help="write the rows here as a JSON list")
+    ap.add_argument("--serve", type=Path, help="only serve this file's bytes, in the foreground")
+    ap.add_argument("--port", type=int, help="with --serve: the port")
     args = ap.parse_args()
+    if args.serve is not None:
+        started = threading.Event()
+
+        def announce() -> None:
+            started.wait()
+            print("ready", flush=True)
+
+        threading.Thread(target=announce, daemon=True).start()
+        _serve(args.port, started, args.serve.read_bytes())
+        return 0
     port = free_port()
     started = threading.Event()
     threading.Thread(target=_serve, args=(port, started), daemon=True).start()
