@@ -4,6 +4,7 @@ botocore's own signer, and its answers over a real SeaweedFS read the same as bo
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import uuid
@@ -215,3 +216,56 @@ def test_a_part_whose_connection_is_lost_while_sending_is_sent_again_whole(seawe
     assert len(puts) == 2 and "content-md5" in puts[1].headers and "content-md5" not in puts[0].headers
     assert [no for no, _ in listed] == [1]
     assert stored == data
+
+
+def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+def test_gets_and_streamed_parts_go_through_the_proxy_the_environment_names(
+    seaweed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY (with credentials in its URL) carries the lean path's requests, whatever the backend's
+    host name resolves to; NO_PROXY exempts a host, whose requests go direct."""
+    bucket = f"lean-{uuid.uuid4().hex[:10]}"
+    seaweed.boto3_client().create_bucket(Bucket=bucket)
+    data = os.urandom(1 << 20)
+    port = seaweed.endpoint.rsplit(":", 1)[1]
+    # No resolver knows this name: only the proxy, which sends everything to SeaweedFS, can reach it.
+    behind = f"http://store-behind-the-proxy.invalid:{port}"
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield data
+
+    async def run(endpoint: str) -> bytes:
+        backend = S3Backend(**seaweed.backend_options(endpoint))
+        await backend.start()
+        try:
+            assert backend.lean is not None
+            upload = await backend.create_multipart(bucket, "seg")
+            md5 = hashlib.md5(data).digest()
+            etag = await backend.upload_part(
+                bucket, "seg", upload, 1, pieces(), len(data), content_md5=lambda: md5
+            )
+            await backend.complete_multipart(bucket, "seg", upload, [(1, etag)])
+            return (await backend.get_bytes(bucket, "seg", 10, (1 << 20) - 1))[1]
+        finally:
+            await backend.close()
+
+    _no_proxy_settings(monkeypatch)
+    with FaultyProxy.threaded(seaweed.endpoint) as proxy:
+        named = proxy.endpoint.replace("http://", "http://relay:pass%20word@")
+        monkeypatch.setenv("http_proxy", named)
+        assert asyncio.run(run(behind)) == data[10:]
+        lean = [s for s in proxy.seen if s.path.startswith(f"/{bucket}/seg?partNumber") or s.method == "GET"]
+        assert {s.method for s in lean} >= {"PUT", "GET"}
+        assert all(s.headers.get("host") == behind.removeprefix("http://") for s in proxy.seen)
+        auth = base64.b64encode(b"relay:pass word").decode()
+        assert {s.headers.get("proxy-authorization") for s in lean} == {f"Basic {auth}"}
+
+        before = len(proxy.seen)
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        assert asyncio.run(run(seaweed.endpoint)) == data[10:]
+        assert len(proxy.seen) == before

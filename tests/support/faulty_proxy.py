@@ -4,8 +4,9 @@ Requests are forwarded verbatim: method, raw path and query, headers **including
 body as a stream; answers come back the same way (no decompression, no added headers). Keeping the
 Host header is what lets SigV4 pass through: a client signs the Host it talks to, so point the client
 at the proxy (`proxy.endpoint`) with path-style addressing and the server checks the signature
-against that same Host. Do not point the client at the server and route through the proxy as an
-HTTP proxy; that is a different thing.
+against that same Host. It also takes requests in absolute form, as an HTTP proxy gets them from a
+client told to use one (HTTP_PROXY): those go to the same upstream, Host kept, whatever host their
+target names, and are recorded by their path.
 
 Rules say what to do with the first N requests that match a method and a path regex (searched in
 the raw path with its query string, e.g. `r"\\?uploadId="` or `r"^/bucket/key$"`)::
@@ -200,12 +201,12 @@ class FaultyProxy:
     def _record(self, request: web.Request, fault: str | None, status: int | None) -> None:
         headers = {k.lower(): v for k, v in request.headers.items()}
         with self._lock:
-            self.seen.append(Seen(request.method, request.raw_path, fault, status, headers))
+            self.seen.append(Seen(request.method, _origin_form(request.raw_path), fault, status, headers))
 
     # -- the proxy
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        method, path = request.method, request.raw_path
+        method, path = request.method, _origin_form(request.raw_path)
         rule = self._take_rule(method, path)
         kind = rule.kind if rule else None
         if rule is not None and kind in ("slowdown", "internal_error", "error", "drop"):
@@ -229,7 +230,7 @@ class FaultyProxy:
 
     async def _forward(self, request: web.Request, rule: Rule | None) -> web.StreamResponse:
         assert self._session is not None
-        method, path = request.method, request.raw_path
+        method, path = request.method, _origin_form(request.raw_path)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         data: Any = request.content if request.body_exists else None
         url = URL(self.upstream.rstrip("/") + path, encoded=True)
@@ -285,6 +286,13 @@ class FaultyProxy:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(30)
             loop.close()
+
+
+def _origin_form(target: str) -> str:
+    """A request target's path and query: itself, or the path and query of an absolute-form target."""
+    if target.startswith(("http://", "https://")):
+        return URL(target, encoded=True).raw_path_qs
+    return target
 
 
 async def _drain(request: web.Request) -> None:

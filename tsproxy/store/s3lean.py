@@ -18,6 +18,10 @@ is built here:
   backend's code, message and status, so the retry loop and the error mapping (s3errors) are the same
   for both paths.
 
+Proxies: HTTP_PROXY, HTTPS_PROXY and NO_PROXY apply as they do to botocore, worked out once per host
+(aiohttp's `trust_env` would read the environment again at every request, and look for a `~/.netrc` in
+a thread of the default executor: a thread hop before each cold read's GET).
+
 UploadPart is here for one case botocore cannot serve: a body sent while it is still being produced,
 with its length known in advance (an uncompressed part, see s3multipart). Everything else (listings,
 PUTs, other uploads, HEADs, buckets) stays on botocore.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
+import urllib.request
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -154,6 +159,7 @@ class LeanRequests:
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
         self._verify = verify
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, dict[str, Any]] = {}  # by host: the request arguments of its proxy
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if self._scheme != "https":
@@ -167,15 +173,23 @@ class LeanRequests:
     async def start(self) -> None:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl())
-            # trust_env: HTTP(S)_PROXY and NO_PROXY apply as they do to botocore.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, trust_env=True, auto_decompress=False
+                connector=connector, timeout=self._timeout, auto_decompress=False
             )
 
     async def close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+    def _proxy(self, url: URL) -> dict[str, Any]:
+        """The proxy arguments of a request to url's host (none when it goes direct), from the environment
+        the first time the host is asked about."""
+        host = url.host or ""
+        found = self._proxies.get(host)
+        if found is None:
+            found = self._proxies[host] = env_proxy(url)
+        return found
 
     def _target(self, bucket: str, key: str) -> tuple[str, str]:
         """(host, encoded path) of an object, path style or virtual-host style."""
@@ -223,7 +237,7 @@ class LeanRequests:
             extra["if-match"] = if_match
         url, headers = await self._signed("GET", bucket, key, {}, extra)
         assert self._session is not None
-        response = await self._session.get(url, headers=headers, allow_redirects=False)
+        response = await self._session.get(url, headers=headers, allow_redirects=False, **self._proxy(url))
         try:
             if response.status not in (200, 206):
                 raise await _client_error(response, "GetObject")
@@ -262,11 +276,29 @@ class LeanRequests:
             if sent != size:
                 raise ValueError(f"part body ended at {sent} of its {size} bytes")
 
-        async with self._session.put(url, headers=headers, data=exactly(), allow_redirects=False) as response:
+        async with self._session.put(
+            url, headers=headers, data=exactly(), allow_redirects=False, **self._proxy(url)
+        ) as response:
             if response.status != 200:
                 raise await _client_error(response, "UploadPart")
             await response.read()
             return response.headers.get("ETag", "")
+
+
+def env_proxy(url: URL) -> dict[str, Any]:
+    """aiohttp's proxy arguments for a request to url as HTTP(S)_PROXY and NO_PROXY say (the standard
+    library's reading of them, which botocore uses too): `proxy` and, when the proxy's URL carries
+    credentials, `proxy_auth` (as aiohttp's own reading of the environment gives them); empty when the
+    request goes direct."""
+    if url.host is None or urllib.request.proxy_bypass(url.host):
+        return {}
+    named = urllib.request.getproxies().get(url.scheme)
+    if not named:
+        return {}
+    proxy = URL(named if "://" in named else f"http://{named}")
+    if proxy.user is None:
+        return {"proxy": proxy}
+    return {"proxy": proxy.with_user(None), "proxy_auth": aiohttp.BasicAuth.from_url(proxy)}
 
 
 def _answer(response: aiohttp.ClientResponse) -> dict[str, Any]:
