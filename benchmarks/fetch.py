@@ -20,7 +20,8 @@ starts at a record batch, as a broker's does, so fetches overlap by a partial ba
 boundaries anywhere. Requests are signed and sent by a lean client (fetch_support.LeanS3) so that the
 client's own cost stays small beside the servers', or with `--client boto3` by boto3 as applications
 send them (its own CPU per request then counts for every system alike); every body read is checked
-against the segment.
+against the segment. `first_ms` is the latency of a scenario's first request (on a cold read, the one
+that finds the object and starts its read-ahead).
 Backend figures are SeaweedFS' own counters for the system's bucket: GET requests (HEADs count as GETs
 there) per MiB the client read, and body bytes SeaweedFS sent (received, for the upload) per client byte.
 The machine's load average is printed with the table: other processes move every figure.
@@ -67,6 +68,7 @@ COLUMNS = (
     "vs_direct",
     "p50_ms",
     "p99_ms",
+    "first_ms",
     "backend_gets_per_mib",
     "backend_bytes_ratio",
     "backend_requests",

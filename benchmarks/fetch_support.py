@@ -723,6 +723,8 @@ class Measurement:
             "mib_s": mib / self.seconds,
             "p50_ms": percentile(self.latencies, 0.50) * 1000,
             "p99_ms": percentile(self.latencies, 0.99) * 1000,
+            # The first request: on a cold read, the one that finds the object and starts its prefetch.
+            "first_ms": self.latencies[0] * 1000 if self.latencies else math.nan,
             "backend_gets_per_mib": self.backend.gets / mib,
             "backend_bytes_ratio": backend_bytes / self.client_bytes,
             "backend_requests": self.backend.requests,

@@ -24,6 +24,7 @@ from tsproxy.format import KeyRing
 from tsproxy.format.stages import ZstdStage
 from tsproxy.format.zstdframes import Frame
 from tsproxy.metrics import Metrics
+from tsproxy.pool import PriorityPool
 
 
 async def read_all(
@@ -910,3 +911,67 @@ async def test_a_read_from_the_first_byte_reads_ahead(
     else:
         assert fetch.calls == [(index.chunk(1).stored_offset, own)]
     await reader.close()
+
+
+class _RecordingPool(PriorityPool):
+    """A PriorityPool of one thread that records the chunks it decodes, in the order it runs them, each
+    with whether it was queued as urgent."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.queued = 0
+        self.ran: list[tuple[int, bool]] = []  # (original offset of the chunk, urgent)
+
+    def _noting(
+        self, urgent: bool, fn: Callable[..., object], args: tuple[object, ...]
+    ) -> Callable[..., object]:
+        ref = next((a for a in args if hasattr(a, "original_offset")), None)
+        if ref is None:
+            return fn
+        self.queued += 1
+
+        def noted(*a: object, **k: object) -> object:
+            self.ran.append((ref.original_offset, urgent))  # type: ignore[attr-defined]
+            return fn(*a, **k)
+
+        return noted
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        return super().submit(self._noting(False, fn, args), *args, **kwargs)
+
+    def submit_urgent(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        return super().submit_urgent(self._noting(True, fn, args), *args, **kwargs)
+
+
+async def test_the_chunk_a_reader_waits_for_decodes_ahead_of_prefetched_ones(cache: ChunkCache) -> None:
+    """A forward reader's first GET: its own chunk is decoded as urgent work and the chunks prefetched
+    beside it are not, so on a busy pool (its one thread held until every chunk is in) the reader's
+    chunk is decoded first although its bytes came in after all the others'."""
+    obj = make_object(text_data(20 * MIB), chunk_size=4 * MIB, compression="on")
+    pool = _RecordingPool()
+    reader = ChunkReader(cache, pool, prefetch_bytes=16 * MIB)
+    counting = CountingFetch(obj)
+    window_in = asyncio.Event()
+
+    async def fetch(start: int, end: int) -> AsyncIterator[bytes]:
+        if start == 0:
+            await window_in.wait()  # the read's own chunk comes in last
+        async for piece in counting(start, end):
+            yield piece
+        if start != 0:
+            window_in.set()
+
+    hold = threading.Event()
+    pool.submit(hold.wait, 10)
+    try:
+        task = asyncio.ensure_future(read_all(reader, obj, fetch, 0, MIB - 1))  # type: ignore[arg-type]
+        await until(lambda: pool.queued == 5)  # every chunk in, its decode queued
+        hold.set()
+        assert await task == obj.data[:MIB]
+        await settle(reader)
+        assert counting.calls[0][0] != 0 and counting.calls[1][0] == 0
+        assert pool.ran == [(0, True)] + [(n * 4 * MIB, False) for n in range(1, 5)]
+    finally:
+        hold.set()
+        await reader.close()
+        pool.shutdown()

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
 from tsproxy.format.stages import FrameStep, join_pieces
 from tsproxy.metrics import Metrics
+from tsproxy.pool import PriorityPool
 
 T = TypeVar("T")
 
@@ -53,29 +54,42 @@ class ThreadDecoders:
         self._jobs = 0  # decodes submitted and not yet finished (frames handed on are not counted)
 
     async def decode(
-        self, obj: Version, ref: ChunkRef, stored: bytes | memoryview, part: Span | None = None
+        self,
+        obj: Version,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+        part: Span | None = None,
+        *,
+        urgent: bool = True,
     ) -> bytes | memoryview:
         """Chunk ref's plaintext, or only `part` of it (the whole chunk is verified either way). The frames
-        of a part are inflated across the executor's threads."""
+        of a part are inflated across the executor's threads.
+
+        urgent: a reader waits for it (a chunk prefetched ahead of readers is not): on a PriorityPool it
+        goes ahead of other work, prefetches and uploads' chunks."""
         if part is None:
-            return await self._submit(self._decode, obj, ref, stored)
-        first, rest = await self._submit(self._decode_part, obj, ref, stored, part)
+            return await self._submit(urgent, self._decode, obj, ref, stored)
+        first, rest = await self._submit(urgent, self._decode_part, obj, ref, stored, part)
         if not rest:
             return first
         others = await asyncio.gather(*(asyncio.wrap_future(f) for f in rest))
         return join_pieces([first, *others])
 
-    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def _submit(self, urgent: bool, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """fn(*args) on the executor, counted in `_jobs` until it ends or is cancelled before it starts."""
         with self._lock:
             self._jobs += 1
         try:
-            job = self._executor.submit(fn, *args)
+            job = self._submitter(urgent)(fn, *args)
         except BaseException:
             self._ended(None)
             raise
         job.add_done_callback(self._ended)
         return asyncio.wrap_future(job)
+
+    def _submitter(self, urgent: bool) -> Callable[..., Future[Any]]:
+        executor = self._executor
+        return executor.submit_urgent if urgent and isinstance(executor, PriorityPool) else executor.submit
 
     def _ended(self, _job: Future[Any] | None) -> None:
         with self._lock:
@@ -112,7 +126,9 @@ class ThreadDecoders:
             payload, plan = decoder.open_range(ref, stored, *part)
             if plan is None or len(plan) < 2 or self._jobs > 1:
                 return decoder.assemble(ref, payload, plan, *part), []
-            rest = [self._executor.submit(self._inflate_part, obj, ref, payload, step) for step in plan[1:]]
+            # Only when the pool is otherwise idle (above), so their priority is moot: queued as urgent.
+            submit = self._submitter(True)
+            rest = [submit(self._inflate_part, obj, ref, payload, step) for step in plan[1:]]
             return decoder.inflate_part(ref, payload, plan[0]), rest
 
     def _inflate_part(

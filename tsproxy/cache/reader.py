@@ -409,7 +409,8 @@ class ChunkReader:
         key = rd.key(ref)
         data: bytes | memoryview | None = None
         try:
-            data = await self._from_disk(rd, ref)  # a miss when the chunk is not (or no longer) cached
+            # A miss when the chunk is not (or no longer) cached; nobody waits for it yet.
+            data = await self._from_disk(rd, ref, urgent=False)
         finally:
             # Settled even when cancelled, so a reader waiting on it goes on to the other sources.
             if not fut.done():
@@ -448,17 +449,17 @@ class ChunkReader:
         self._hot.put(Sealed(key), stored)
 
     async def _from_disk(
-        self, rd: _Read, ref: ChunkRef, part: Span | None = None
+        self, rd: _Read, ref: ChunkRef, part: Span | None = None, *, urgent: bool = True
     ) -> bytes | memoryview | None:
         """Chunk ref's plaintext decoded from the disk cache (and now in memory too), or None on a miss;
-        with `part`, only that part of it (not kept in memory)."""
+        with `part`, only that part of it (not kept in memory). urgent: a reader waits for it."""
         assert self._cache is not None
         key = rd.key(ref)
         stored = await self._cache.get(key)
         if stored is None:
             return None
         try:
-            plain = await self._decoded(rd, ref, stored, part)
+            plain = await self._decoded(rd, ref, stored, part, urgent=urgent)
         except errors.IntegrityError:
             # The entry passed the cache's own check, so it is what was put under this key: bytes that
             # are not this version's chunk are stale, never served and never counted as disk damage.
@@ -471,10 +472,11 @@ class ChunkReader:
         return plain
 
     async def _decoded(
-        self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None
+        self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None, *, urgent: bool = True
     ) -> bytes | memoryview:
-        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor."""
-        return await self._decoders.decode(rd.decoding, ref, stored, part)
+        """Chunk ref's plaintext (or `part` of it) decoded from its stored bytes in the executor; urgent
+        (ahead of other work) unless nobody waits for it yet (a chunk prefetched or promoted ahead)."""
+        return await self._decoders.decode(rd.decoding, ref, stored, part, urgent=urgent)
 
     async def _missing(self, rd: _Read, refs: list[ChunkRef]) -> list[bool]:
         """Which of refs are neither downloading nor cached (checked again after the cache answers)."""
@@ -540,7 +542,7 @@ class ChunkReader:
         decoding: list[asyncio.Task[None]] = []
         try:
             async with self._background_slots if background else contextlib.nullcontext(), self._slots:
-                await self._receive(rd, req, refs, claimed, decoding, parts)
+                await self._receive(rd, req, refs, claimed, decoding, parts, urgent=not background)
         except Exception as e:
             # Chunks whose bytes never came in fail; those already decoding settle themselves.
             for fut in claimed.values():
@@ -562,8 +564,11 @@ class ChunkReader:
         claimed: dict[int, asyncio.Future[Loaded]],
         decoding: list[asyncio.Task[None]],
         parts: dict[int, Span],
+        *,
+        urgent: bool,
     ) -> None:
-        """Read a request's answer piece by piece, starting a decode for each claimed chunk it completes."""
+        """Read a request's answer piece by piece, starting a decode for each claimed chunk it completes
+        (urgent: a reader waits for them)."""
         wanted = sorted(claimed)  # positions in refs, which is stored order
         spool = StoredSpool(req.stored_start)
         loop = asyncio.get_running_loop()
@@ -579,7 +584,7 @@ class ChunkReader:
                     pos = wanted.pop(0)
                     ref = refs[pos]
                     data = spool.take(ref.stored_offset, ref.stored_offset + ref.stored_len)
-                    keep = self._decode_and_keep(rd, ref, data, claimed[pos], parts.get(pos))
+                    keep = self._decode_and_keep(rd, ref, data, claimed[pos], parts.get(pos), urgent=urgent)
                     decoding.append(loop.create_task(keep))
         finally:
             close = getattr(pieces, "aclose", None)
@@ -596,9 +601,11 @@ class ChunkReader:
         stored: bytes | memoryview,
         fut: asyncio.Future[Loaded],
         part: Span | None = None,
+        *,
+        urgent: bool = True,
     ) -> None:
         try:
-            plain = await self._decoded(rd, ref, stored, part)
+            plain = await self._decoded(rd, ref, stored, part, urgent=urgent)
         except Exception as e:  # IntegrityError above all: every waiter fails, nothing is cached
             fut.set_exception(e)
             return

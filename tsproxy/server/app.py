@@ -24,6 +24,7 @@ from tsproxy.cache.reader import ChunkReader
 from tsproxy.config import Config
 from tsproxy.format import KeyRing
 from tsproxy.metrics import Metrics
+from tsproxy.pool import PriorityPool
 from tsproxy.server import startup
 from tsproxy.server.connections import ConnectionGuard, S3Runner
 from tsproxy.server.dispatch import create_app
@@ -51,7 +52,7 @@ class Proxy:
         self.metrics = metrics or Metrics()
         self.secrets: Mapping[str, str] = {c.access_key: c.secret_key for c in cfg.credentials}
         threads = cfg.transform_threads or max(2, os.cpu_count() or 2)
-        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="transform")
+        self.executor = PriorityPool(threads, thread_name_prefix="transform")
         self.io_executor = ThreadPoolExecutor(4, thread_name_prefix="cache-io")
         # The backend as opened (probes use it) and guarded (everything else: fails fast while down).
         self.store = backend or _open_backend(cfg, self.metrics)
