@@ -39,12 +39,15 @@ def make_object(
     compression: str = "off",
     ring: KeyRing | None = None,
     segment_sizes: list[int] | None = None,
+    frame_size: int | None = None,
 ) -> StoredObject:
-    """Encode data as tsproxy stores it: one segment, or one per entry of segment_sizes (multipart)."""
+    """Encode data as tsproxy stores it: one segment, or one per entry of segment_sizes (multipart);
+    compressed chunks in frames of frame_size (by default, the writer's)."""
     settings = TransformSettings(
         chunk_size=chunk_size,
         compression=compression,  # type: ignore[arg-type]
         encryption=ring is not None,
+        **({} if frame_size is None else {"frame_size": frame_size}),
     )
     ctx = ObjectContext.new(settings, ring)
     sizes = segment_sizes or [len(data)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,7 @@ from tsproxy.cache.reader import version_id
 from tsproxy.format import KeyRing
 from tsproxy.format.stages import ZstdStage
 from tsproxy.format.zstdframes import Frame
+from tsproxy.pool import PriorityPool
 
 
 def recording_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -32,7 +34,7 @@ def recording_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
     ring: KeyRing, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring, frame_size=MIB)
     stored_version = Version(obj.manifest, obj.ctx, version_id(obj.manifest))
     ref = obj.manifest.index.chunk(1)
     stored = bytes(obj.stored[ref.stored_offset : ref.stored_offset + ref.stored_len])
@@ -61,3 +63,25 @@ async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
         release.set()
         assert bytes(await whole) == obj.data[4 * MIB : 8 * MIB]
         assert decoders._jobs == 0
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+async def test_a_seeks_frames_go_to_the_threads_in_runs_one_a_thread(
+    ring: KeyRing, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    # 256 KiB frames (the default): a 1 MiB seek needs five of them, which go in as many runs as the
+    # pool has threads (the longer runs first), not one job a frame.
+    obj = make_object(
+        text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring, frame_size=256 << 10
+    )
+    stored_version = Version(obj.manifest, obj.ctx, version_id(obj.manifest))
+    ref = obj.manifest.index.chunk(1)
+    stored = bytes(obj.stored[ref.stored_offset : ref.stored_offset + ref.stored_len])
+    part = (100_000, 100_000 + MIB)
+    with PriorityPool(threads) as pool:
+        decoders = ThreadDecoders(pool)
+        seen = recording_threads(monkeypatch)
+        got = await decoders.decode(stored_version, ref, stored, part)
+        assert bytes(got) == obj.data[4 * MIB + part[0] : 4 * MIB + part[1]]
+    frames_a_thread = sorted(collections.Counter(seen).values(), reverse=True)
+    assert frames_a_thread == ([3, 2] if threads == 2 else [2, 2, 1])

@@ -748,7 +748,7 @@ async def test_a_seek_inflates_only_what_it_reads_and_keeps_no_partial_chunk(
     """A read that is not a forward scan needs part of a 4 MiB chunk (stored as four 1 MiB zstd frames):
     only the frames holding it are inflated; the chunk is cached on disk as fetched but not held in
     memory half decoded, and another reader of the same download gets its own part right."""
-    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring, frame_size=MIB)
     assert obj.manifest.version == 2
     inflated = count_inflated(monkeypatch)
     reader = ChunkReader(cache, executor, prefetch_bytes=0)
@@ -782,7 +782,7 @@ async def test_a_seek_across_a_chunk_boundary_inflates_only_its_frames_of_both(
     """A consumer's 1 MiB fetch from a random batch start ends in the next chunk: both chunks come in one
     GET, and of each only the frames the fetch covers are inflated (a frame of each, not the whole of the
     second chunk); a forward reader of the second chunk later still gets it whole."""
-    obj = make_object(text_data(12 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    obj = make_object(text_data(12 * MIB), chunk_size=4 * MIB, compression="on", ring=ring, frame_size=MIB)
     inflated = count_inflated(monkeypatch)
     reader = ChunkReader(cache, executor, prefetch_bytes=0)
     fetch = CountingFetch(obj)
@@ -805,7 +805,7 @@ async def test_the_frames_of_a_seek_inflate_on_two_threads_at_once(
     """A 1 MiB fetch inside a chunk needs two 1 MiB frames: they inflate on two executor threads at the
     same time (the barrier holds each until the other is there too, and breaks if they come one after
     the other), and the bytes are right. With one thread the second frame waits its turn, no deadlock."""
-    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring, frame_size=MIB)
     first = 4 * MIB + 700_000  # chunk 1's first frame, then its second
     real_inflate = ZstdStage._inflate
     barrier = threading.Barrier(2, timeout=30)
@@ -837,7 +837,7 @@ async def test_seeks_into_a_chunk_decode_its_stored_bytes_from_memory(
 ) -> None:
     """A seek keeps the chunk's stored bytes (not its plaintext) in memory: the next seek into the same
     chunk is decoded from them, with no request and, again, only the frames it needs inflated."""
-    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring)
+    obj = make_object(text_data(8 * MIB), chunk_size=4 * MIB, compression="on", ring=ring, frame_size=MIB)
     inflated = count_inflated(monkeypatch)
     reader = ChunkReader(None, executor, prefetch_bytes=0)  # no disk cache: memory or the backend
     fetch = CountingFetch(obj)

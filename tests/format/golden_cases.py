@@ -110,12 +110,18 @@ CASES_V1 = (
     ),
 )
 
-# Version 2: a compressed chunk of more than 1 MiB is a run of zstd frames of 1 MiB (the last shorter).
+# Version 2: a compressed chunk is a run of zstd frames of frame_size (the last shorter). These were
+# recorded with 1 MiB frames (the default of the release that introduced version 2), kept so.
 CASES_V2 = (
     Case(
         name="encrypted-frames",
         settings=TransformSettings(
-            chunk_size=2 << 20, compression="on", level=3, encryption=True, format_version=2
+            chunk_size=2 << 20,
+            compression="on",
+            level=3,
+            encryption=True,
+            format_version=2,
+            frame_size=1 << 20,
         ),
         parts=(
             (1, b"frames-1", text(2_400_000)),  # a chunk of two frames, then one of one
@@ -129,7 +135,12 @@ CASES_V2 = (
     Case(
         name="unencrypted-frames",
         settings=TransformSettings(
-            chunk_size=3 << 20, compression="on", level=1, encryption=False, format_version=2
+            chunk_size=3 << 20,
+            compression="on",
+            level=1,
+            encryption=False,
+            format_version=2,
+            frame_size=1 << 20,
         ),
         parts=((1, b"", text(3_500_000)),),  # three frames, then one
         multipart=False,

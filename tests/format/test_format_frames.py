@@ -60,7 +60,7 @@ def test_any_range_of_a_run_reads_back_exactly(case: tuple[bytes, int, int, int]
 
 
 def test_a_partial_read_inflates_only_the_frames_it_needs() -> None:
-    data = make_data("text", 4 << 20, 3)
+    data = make_data("text", 4 * FRAME_SIZE, 3)
     packed = ZstdStage(1, FRAME_SIZE).seal(memoryview(data))
     run = frames(packed, len(data))
     assert len(run) == 4
@@ -157,3 +157,35 @@ def test_chunk_decoder_reads_ranges_of_both_versions(ring: KeyRing, version: int
     tampered[-1] ^= 1
     with pytest.raises(IntegrityError):
         decoder.decode_range(ref, bytes(tampered), 0, 10)  # the seal covers the whole chunk
+
+
+@pytest.mark.parametrize("frame_size", [FRAME_SIZE, 1 << 20, 100_000])
+def test_the_frame_size_is_the_writers_choice_and_any_one_reads(frame_size: int) -> None:
+    # The default (256 KiB), the 1 MiB of objects written by releases before, and an odd size: the
+    # writer cuts each chunk into frames of that size and a decoder, told nothing of it, reads any range.
+    settings_ = TransformSettings(
+        chunk_size=1 << 20, compression="on", encryption=False, frame_size=frame_size
+    )
+    ctx = ObjectContext.new(settings_, None)
+    data = make_data("text", (1 << 20) + 777, 6)
+    enc = SegmentEncoder(ctx, settings_, 1)
+    stored = b"".join(enc.feed(data) + enc.finish())
+    manifest = build_manifest(
+        ctx, settings_, [enc.info], etag="x", md5=None, content_type=None, metadata={}, headers={}
+    )
+    ref = manifest.index.chunk(0)
+    chunk = stored[ref.stored_offset : ref.stored_offset + ref.stored_len]  # unencrypted: the frames
+    sizes = [f.content_size for f in frames(chunk, 1 << 20)]
+    assert sizes == [frame_size] * ((1 << 20) // frame_size) + (
+        [(1 << 20) % frame_size] if (1 << 20) % frame_size else []
+    )
+    decoder = ChunkDecoder(manifest, ctx)
+    assert decoder.decode(ref, chunk) == data[: 1 << 20]
+    for start, stop in ((0, 1), (frame_size - 1, min(frame_size + 1, 1 << 20)), (300_000, 1 << 20)):
+        assert decoder.decode_range(ref, chunk, start, stop) == data[start:stop]
+
+
+def test_frame_sizes_out_of_range_are_refused() -> None:
+    for bad in (0, 4095, (64 << 20) + 1, "256KiB"):
+        with pytest.raises(Exception, match="frame_size"):
+            TransformSettings(frame_size=bad)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 the frames a seek needs of a chunk inflated on several threads at once when the others are idle. Used by
 the read engine (reader.py); no I/O, no cache.
 
-Spreading a seek's frames over the threads shortens a lone consumer's wait (two 1 MiB frames at once
+Spreading a seek's frames over the threads shortens a lone consumer's wait (its frames inflating at once
 instead of one after the other). Under load it gains nothing, since every thread is busy anyway, and it
 would keep each chunk's decrypted payload alive until its last frame's turn in the queue: with 32
 readers seeking at once that held tens of MiB more. So a decode only hands frames to other threads
@@ -52,6 +52,11 @@ class ThreadDecoders:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._jobs = 0  # decodes submitted and not yet finished (frames handed on are not counted)
+        # The executor's threads: a seek's frames are split into as many runs (at least two).
+        threads = (
+            executor.threads if isinstance(executor, PriorityPool) else getattr(executor, "_max_workers", 2)
+        )
+        self._threads = max(2, threads)
 
     async def decode(
         self,
@@ -117,25 +122,28 @@ class ThreadDecoders:
     def _decode_part(
         self, obj: Version, ref: ChunkRef, stored: bytes | memoryview, part: Span
     ) -> tuple[bytes | memoryview, list[Future[bytes | memoryview]]]:
-        """Runs on an executor thread: verify the whole chunk, then inflate the first frame that holds
-        `part` while the frames after it inflate on the other threads of the executor (one core each),
-        handed back as futures; or all of them here when other decodes are queued or running. Nothing
-        waits here for another thread's work, so a full executor cannot deadlock on it."""
+        """Runs on an executor thread: verify the whole chunk, then split the frames that hold `part` into
+        as many runs as the executor has threads, inflate the first run here while the others inflate on
+        the other threads (one core each), handed back as futures; or all of them here when other
+        decodes are queued or running. Nothing waits here for another thread's work, so a full executor
+        cannot deadlock on it."""
         with self._counting_cpu():
             decoder = self._decoder(obj)
             payload, plan = decoder.open_range(ref, stored, *part)
             if plan is None or len(plan) < 2 or self._jobs > 1:
                 return decoder.assemble(ref, payload, plan, *part), []
+            runs = _split(plan, self._threads)
             # Only when the pool is otherwise idle (above), so their priority is moot: queued as urgent.
             submit = self._submitter(True)
-            rest = [submit(self._inflate_part, obj, ref, payload, step) for step in plan[1:]]
-            return decoder.inflate_part(ref, payload, plan[0]), rest
+            rest = [submit(self._inflate_run, obj, ref, payload, run) for run in runs[1:]]
+            return join_pieces([decoder.inflate_part(ref, payload, step) for step in runs[0]]), rest
 
-    def _inflate_part(
-        self, obj: Version, ref: ChunkRef, payload: bytes | memoryview, step: FrameStep
+    def _inflate_run(
+        self, obj: Version, ref: ChunkRef, payload: bytes | memoryview, run: list[FrameStep]
     ) -> bytes | memoryview:
         with self._counting_cpu():
-            return self._decoder(obj).inflate_part(ref, payload, step)
+            decoder = self._decoder(obj)
+            return join_pieces([decoder.inflate_part(ref, payload, step) for step in run])
 
     @contextlib.contextmanager
     def _counting_cpu(self) -> Iterator[None]:
@@ -146,3 +154,15 @@ class ThreadDecoders:
         finally:
             if self._metrics is not None:
                 self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)
+
+
+def _split(plan: list[FrameStep], runs: int) -> list[list[FrameStep]]:
+    """plan cut into at most `runs` consecutive runs of nearly equal length, the longer ones first."""
+    runs = min(runs, len(plan))
+    size, extra = divmod(len(plan), runs)
+    out, pos = [], 0
+    for n in range(runs):
+        end = pos + size + (1 if n < extra else 0)
+        out.append(plan[pos:end])
+        pos = end
+    return out

@@ -42,7 +42,6 @@ from .context import ObjectContext
 from .kafka_probe import contains_compressed_kafka, looks_like_compressed_kafka
 from .settings import TransformSettings
 from .stages import AesGcmSeal, Crc32cSeal, FrameStep, Payload, SealStage, ZstdStage
-from .zstdframes import FRAME_SIZE
 
 
 class SegmentSeals(Protocol):
@@ -181,7 +180,7 @@ class UploadChain:
                 codec = self._codecs.pop()  # atomic: two threads never get one context
             except IndexError:
                 # Format 2 cuts a chunk into frames, so a partial read inflates only what it needs.
-                frame_size = FRAME_SIZE if self._settings.format_version >= 2 else None
+                frame_size = self._settings.frame_size if self._settings.format_version >= 2 else None
                 codec = CODECS[self.stages.codec](self._settings.level, frame_size)
             try:
                 payload = codec.seal(chunk)
