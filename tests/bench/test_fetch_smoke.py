@@ -21,6 +21,7 @@ FIELDS = {
     "vs_direct",
     "p50_ms",
     "p99_ms",
+    "first_ms",
     "backend_gets_per_mib",
     "backend_bytes_ratio",
     "backend_requests",
@@ -52,6 +53,7 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         assert _finite(row["vs_direct"]) > 0
         assert _finite(row["backend_requests"]) >= 0
         assert _finite(row["mib_s"]) > 0
+        assert _finite(row["first_ms"]) > 0
         assert _finite(row["p50_ms"]) > 0
         assert _finite(row["p99_ms"]) >= row["p50_ms"]
         assert _finite(row["backend_gets_per_mib"]) >= 0
