@@ -4,16 +4,13 @@ time thresholds; only what must hold whatever the machine's speed is checked."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_benchmark
 from fetch_support import READ_SCENARIOS, SCENARIOS, UPLOAD, UPLOAD_SCENARIOS, UPLOAD_SERIAL
 
-ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {
     "system",
     "scenario",
@@ -37,15 +34,7 @@ def _finite(value: object) -> float:
 
 
 def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
-    out = tmp_path / "fetch.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fetch.py"), "--size", "8", "--systems", "tsproxy,direct",
-         "--json", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=480,
-    )  # fmt: skip
-    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
-
-    rows = json.loads(out.read_text())
+    rows, table = run_benchmark("fetch.py", ["--size", "8", "--systems", "tsproxy,direct"], tmp_path, 480)
     keys = [(r["system"], r["scenario"]) for r in rows]
     assert sorted(keys) == sorted((s, sc) for s in ("tsproxy", "direct") for sc in SCENARIOS)
     for row in rows:
@@ -74,7 +63,6 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         assert by[("tsproxy", scenario)]["backend_gets_per_mib"] > 0
         assert by[("tsproxy", scenario)]["backend_bytes_ratio"] > 0
 
-    table = done.stdout
     assert "| system | scenario | mib_s |" in table
     assert sum(line.startswith(("| tsproxy ", "| direct ")) for line in table.splitlines()) == len(rows)
     goals = [line.strip() for line in table.split("Goals:", 1)[1].splitlines() if line.strip()]
@@ -84,13 +72,9 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
 
 
 def test_fetch_benchmark_runs_its_scenarios_with_boto3(tmp_path: Path) -> None:
-    out = tmp_path / "fetch.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fetch.py"), "--size", "8", "--systems", "tsproxy,direct",
-         "--client", "boto3", "--scenarios", "upload 1,put,chunks,random", "--json", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=480,
-    )  # fmt: skip
-    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
-    rows = json.loads(out.read_text())
+    args = ["--size", "8", "--systems", "tsproxy,direct", "--client", "boto3"]
+    rows, printed = run_benchmark(
+        "fetch.py", [*args, "--scenarios", "upload 1,put,chunks,random"], tmp_path, 480
+    )
     assert len(rows) == 8 and all(_finite(r["mib_s"]) > 0 for r in rows)
-    assert "boto3 client" in done.stdout
+    assert "boto3 client" in printed

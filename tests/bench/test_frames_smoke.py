@@ -3,24 +3,15 @@ thresholds)."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_helpers import run_benchmark
 
 
 def test_frames_benchmark_runs(tmp_path: Path) -> None:
-    out = tmp_path / "frames.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "frames.py"), "--size", "8", "--frame-sizes", "1024,256",
-         "--parts", "5", "--repeat", "1", "--json", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(out.read_text())
+    args = ["--size", "8", "--frame-sizes", "1024,256", "--parts", "5", "--repeat", "1"]
+    rows, _ = run_benchmark("frames.py", args, tmp_path, 300)
     assert [r["frame_kib"] for r in rows] == [1024, 256]
     for row in rows:
         assert 0 < row["stored"] < 1  # Kafka-like batches compress

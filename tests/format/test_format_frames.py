@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from tsproxy.errors import IntegrityError
 from tsproxy.format import (
     ChunkDecoder,
+    ChunkRef,
     KeyRing,
+    Manifest,
     ObjectContext,
     SegmentEncoder,
     TransformSettings,
@@ -136,20 +138,31 @@ def test_random_bytes_never_crash_the_frame_walker(payload: bytes, total: int) -
     assert all(isinstance(f, Frame) and f.length > 0 for f in run)
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_chunk_decoder_reads_ranges_of_both_versions(ring: KeyRing, version: int) -> None:
-    settings_ = TransformSettings(chunk_size=3 << 20, compression="on", format_version=version)
+def _first_chunk(
+    settings_: TransformSettings, ring: KeyRing | None, data: bytes
+) -> tuple[Manifest, ChunkDecoder, ChunkRef, bytes]:
+    """data stored as one segment: its manifest, a decoder of it, and its first chunk (ref, stored bytes)."""
     ctx = ObjectContext.new(settings_, ring)
-    data = make_data("text", (3 << 20) + 12345, 4)
     enc = SegmentEncoder(ctx, settings_, 1)
     stored = b"".join(enc.feed(data) + enc.finish())
     manifest = build_manifest(
         ctx, settings_, [enc.info], etag="x", md5=None, content_type=None, metadata={}, headers={}
     )
-    assert manifest.version == version
-    decoder = ChunkDecoder(manifest, ctx)
     ref = manifest.index.chunk(0)
-    chunk = stored[ref.stored_offset : ref.stored_offset + ref.stored_len]
+    return (
+        manifest,
+        ChunkDecoder(manifest, ctx),
+        ref,
+        stored[ref.stored_offset : ref.stored_offset + ref.stored_len],
+    )
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_chunk_decoder_reads_ranges_of_both_versions(ring: KeyRing, version: int) -> None:
+    settings_ = TransformSettings(chunk_size=3 << 20, compression="on", format_version=version)
+    data = make_data("text", (3 << 20) + 12345, 4)
+    manifest, decoder, ref, chunk = _first_chunk(settings_, ring, data)
+    assert manifest.version == version
     assert decoder.decode(ref, chunk) == data[: 3 << 20]
     for start, stop in ((0, 1), (FRAME_SIZE - 3, FRAME_SIZE + 3), (2 * FRAME_SIZE, 3 << 20), (7, 7)):
         assert decoder.decode_range(ref, chunk, start, stop) == data[start:stop]
@@ -166,20 +179,12 @@ def test_the_frame_size_is_the_writers_choice_and_any_one_reads(frame_size: int)
     settings_ = TransformSettings(
         chunk_size=1 << 20, compression="on", encryption=False, frame_size=frame_size
     )
-    ctx = ObjectContext.new(settings_, None)
     data = make_data("text", (1 << 20) + 777, 6)
-    enc = SegmentEncoder(ctx, settings_, 1)
-    stored = b"".join(enc.feed(data) + enc.finish())
-    manifest = build_manifest(
-        ctx, settings_, [enc.info], etag="x", md5=None, content_type=None, metadata={}, headers={}
-    )
-    ref = manifest.index.chunk(0)
-    chunk = stored[ref.stored_offset : ref.stored_offset + ref.stored_len]  # unencrypted: the frames
+    _, decoder, ref, chunk = _first_chunk(settings_, None, data)  # unencrypted: the chunk is its frames
     sizes = [f.content_size for f in frames(chunk, 1 << 20)]
     assert sizes == [frame_size] * ((1 << 20) // frame_size) + (
         [(1 << 20) % frame_size] if (1 << 20) % frame_size else []
     )
-    decoder = ChunkDecoder(manifest, ctx)
     assert decoder.decode(ref, chunk) == data[: 1 << 20]
     for start, stop in ((0, 1), (frame_size - 1, min(frame_size + 1, 1 << 20)), (300_000, 1 << 20)):
         assert decoder.decode_range(ref, chunk, start, stop) == data[start:stop]
