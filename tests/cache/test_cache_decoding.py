@@ -47,15 +47,17 @@ async def test_frames_stay_on_one_thread_while_other_decodes_are_in_the_pool(
         assert bytes(await decoders.decode(stored_version, ref, stored, part)) == expected
         assert len(threads) == 2 and threads[0] != threads[1]
         # Another decode holds a thread: both frames are inflated by the seek's own thread.
-        release = threading.Event()
+        release, held_started = threading.Event(), threading.Event()
         real_decode = decoders._decode
 
         def held(*args: object) -> bytes:
+            held_started.set()
             release.wait(30)
             return real_decode(*args)  # type: ignore[arg-type]
 
         monkeypatch.setattr(decoders, "_decode", held)
         whole = asyncio.ensure_future(decoders.decode(stored_version, ref, stored))
+        assert await asyncio.to_thread(held_started.wait, 10)  # it holds a thread before the seek starts
         threads.clear()
         assert bytes(await decoders.decode(stored_version, ref, stored, part)) == expected
         assert len(threads) == 2 and threads[0] == threads[1]
