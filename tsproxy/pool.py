@@ -89,15 +89,13 @@ class PriorityPool(Executor):
                 if not self._jobs:
                     return  # shut down and drained
                 _, _, future, fn, args, kwargs = heapq.heappop(self._jobs)
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled while it waited
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as e:
-                future.set_exception(e)
-            else:
-                future.set_result(result)
-            del future, fn, args, kwargs  # hold nothing of a finished job while waiting for the next
+            if future.set_running_or_notify_cancel():  # False: cancelled while it waited
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:
+                    future.set_exception(e)
+            # Hold nothing of a finished job (its arguments, a decoded chunk) while waiting for the next.
+            del future, fn, args, kwargs
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no more work; with cancel_futures, cancel the jobs not started; with wait, wait for the
