@@ -21,7 +21,7 @@ from concurrent.futures import Executor, Future
 from typing import Any, NamedTuple, TypeVar
 
 from tsproxy.format import ChunkDecoder, ChunkRef, Manifest, ObjectContext
-from tsproxy.format.stages import FrameStep, join_pieces
+from tsproxy.format.stages import FrameStep, Payload, join_pieces
 from tsproxy.metrics import Metrics
 from tsproxy.pool import PriorityPool
 
@@ -52,11 +52,13 @@ class ThreadDecoders:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._jobs = 0  # decodes submitted and not yet finished (frames handed on are not counted)
-        # The executor's threads: a seek's frames are split into as many runs (at least two).
-        threads = (
-            executor.threads if isinstance(executor, PriorityPool) else getattr(executor, "_max_workers", 2)
-        )
-        self._threads = max(2, threads)
+        # Urgent work goes ahead of other work on a PriorityPool; any other executor takes it in turn. A
+        # seek's frames are split into as many runs as the pool has threads (two for another executor).
+        self._submit_urgent: Callable[..., Future[Any]] = executor.submit
+        self._threads = 2
+        if isinstance(executor, PriorityPool):
+            self._submit_urgent = executor.submit_urgent
+            self._threads = max(2, executor.threads)
 
     async def decode(
         self,
@@ -85,16 +87,12 @@ class ThreadDecoders:
         with self._lock:
             self._jobs += 1
         try:
-            job = self._submitter(urgent)(fn, *args)
+            job = (self._submit_urgent if urgent else self._executor.submit)(fn, *args)
         except BaseException:
             self._ended(None)
             raise
         job.add_done_callback(self._ended)
         return asyncio.wrap_future(job)
-
-    def _submitter(self, urgent: bool) -> Callable[..., Future[Any]]:
-        executor = self._executor
-        return executor.submit_urgent if urgent and isinstance(executor, PriorityPool) else executor.submit
 
     def _ended(self, _job: Future[Any] | None) -> None:
         with self._lock:
@@ -134,16 +132,14 @@ class ThreadDecoders:
                 return decoder.assemble(ref, payload, plan, *part), []
             runs = _split(plan, self._threads)
             # Only when the pool is otherwise idle (above), so their priority is moot: queued as urgent.
-            submit = self._submitter(True)
-            rest = [submit(self._inflate_run, obj, ref, payload, run) for run in runs[1:]]
-            return join_pieces([decoder.inflate_part(ref, payload, step) for step in runs[0]]), rest
+            rest = [self._submit_urgent(self._inflate_run, obj, ref, payload, run) for run in runs[1:]]
+            return _inflated(decoder, ref, payload, runs[0]), rest
 
     def _inflate_run(
         self, obj: Version, ref: ChunkRef, payload: bytes | memoryview, run: list[FrameStep]
     ) -> bytes | memoryview:
         with self._counting_cpu():
-            decoder = self._decoder(obj)
-            return join_pieces([decoder.inflate_part(ref, payload, step) for step in run])
+            return _inflated(self._decoder(obj), ref, payload, run)
 
     @contextlib.contextmanager
     def _counting_cpu(self) -> Iterator[None]:
@@ -154,6 +150,13 @@ class ThreadDecoders:
         finally:
             if self._metrics is not None:
                 self._metrics.transform_cpu_seconds.labels("read").inc(time.thread_time() - started)
+
+
+def _inflated(
+    decoder: ChunkDecoder, ref: ChunkRef, payload: bytes | memoryview, run: list[FrameStep]
+) -> Payload:
+    """The original bytes a run of frame steps gives, inflated on this thread."""
+    return join_pieces([decoder.inflate_part(ref, payload, step) for step in run])
 
 
 def _split(plan: list[FrameStep], runs: int) -> list[list[FrameStep]]:
