@@ -511,14 +511,15 @@ def main(argv: list[str] | None = None) -> int:
                 lambda key=key, checks=checks: (upload(system, key, data, checks), len(data)),
             )
         key = f"{SEGMENT_KEY}.{args.client_checks[0].replace('+', '-')}"
+        # One floor server for both read scenarios (it writes the segment out and reads it back once).
+        floor_pid, floor_client = stack.enter_context(serving_floor(data, tmp))
         for name, ranges in (
             (SEQ_COLD, consumer_fetches(segment)),
             (CHUNKS_COLD, chunk_reads(len(data), CHUNK_BYTES)),
         ):
             system.go_cold()
             measure(system, weed, name, "-", lambda ranges=ranges: read(system, key, ranges, data))
-            with serving_floor(data, tmp) as (pid, floor_client):
-                floor = floor_cpu(pid, floor_client, ranges, data)
+            floor = floor_cpu(floor_pid, floor_client, ranges, data)
             row = rows[-1]
             row["floor_s_per_gib"] = floor
             row["ratio_over_floor"] = row["tsproxy_s_per_gib"] / (row["bare_s_per_gib"] + floor)

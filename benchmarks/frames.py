@@ -32,8 +32,14 @@ from common import markdown, write_json
 from fetch_support import MIB, build_segment
 
 from tsproxy import defaults
-from tsproxy.format import ChunkDecoder, KeyRing, ObjectContext, SegmentEncoder, TransformSettings
-from tsproxy.format.manifest import build_manifest
+from tsproxy.format import (
+    ChunkDecoder,
+    KeyRing,
+    ObjectContext,
+    SegmentEncoder,
+    TransformSettings,
+    build_manifest,
+)
 
 KIB = 1024
 GIB = 1 << 30

@@ -17,6 +17,7 @@ from tsproxy.format import (
     TransformSettings,
     build_manifest,
 )
+from tsproxy.format.zstdframes import FRAME_SIZE
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -39,7 +40,7 @@ def make_object(
     compression: str = "off",
     ring: KeyRing | None = None,
     segment_sizes: list[int] | None = None,
-    frame_size: int | None = None,
+    frame_size: int = FRAME_SIZE,
 ) -> StoredObject:
     """Encode data as tsproxy stores it: one segment, or one per entry of segment_sizes (multipart);
     compressed chunks in frames of frame_size (by default, the writer's)."""
@@ -47,7 +48,7 @@ def make_object(
         chunk_size=chunk_size,
         compression=compression,  # type: ignore[arg-type]
         encryption=ring is not None,
-        **({} if frame_size is None else {"frame_size": frame_size}),
+        frame_size=frame_size,
     )
     ctx = ObjectContext.new(settings, ring)
     sizes = segment_sizes or [len(data)]
