@@ -14,7 +14,8 @@ exchange and the copy into the client's socket. So each read scenario is also ru
 client and ranges, against a bare aiohttp server in its own process that holds the segment in memory
 (`benchmarks/http_floor.py --serve`: no signature check, no backend, no cache, no decoding); its CPU
 seconds per GiB are the serving floor, and `ratio_over_floor` is tsproxy's time over bare limit plus
-floor. The goal stays the issue's (`ratio`); the floor says how much of the rest any HTTP server pays.
+floor. The goal stays the issue's (`ratio`); the floor says how much of the rest an aiohttp server
+pays with no work of its own.
 
 tsproxy runs as `tsproxy serve` in its own process over a real SeaweedFS (fetch_support.TsproxySystem,
 default settings: 4 MiB chunks, compression auto, encryption on). Its CPU time (user + system, all
