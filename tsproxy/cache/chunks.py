@@ -171,7 +171,7 @@ class _PrivateDisk(diskcache.Disk):
         try:
             size = self._write(full_path, pieces)
         except FileNotFoundError:
-            # The entry's directory is not made yet (made once, by the first entry it gets).
+            # The entry's directory is gone (made when the cache opened; removed by hand since).
             _make_private_dirs(self._directory, os.path.dirname(filename))
             size = self._write(full_path, pieces)
         return size, diskcache.core.MODE_BINARY, filename, None
@@ -255,6 +255,15 @@ class _DirectWrites:
             raise error
         self.refused = str(error)
         return False
+
+
+def _make_entry_dirs(root: str) -> None:
+    """Make the 256 entry directories the cache has not got yet, so that no put pays for a mkdir (a new
+    inode: on a fresh cache, some 4 % of a cold read's CPU when each directory was made by its first
+    entry)."""
+    for n in range(256):
+        with suppress(FileExistsError):
+            os.mkdir(os.path.join(root, f"{n:02x}"), 0o700)
 
 
 def _make_private_dirs(root: str, relative: str) -> None:
@@ -472,7 +481,7 @@ class ChunkCache:
                 _tighten(directory)  # written by an older version, under the umask
         _check_database(db)
         try:
-            return diskcache.Cache(
+            cache = diskcache.Cache(
                 str(directory),
                 disk=_PrivateDisk,
                 size_limit=self.max_bytes,
@@ -484,6 +493,8 @@ class ChunkCache:
             if _is_damage(e):
                 raise _CacheDamaged(str(e)) from e
             raise
+        _make_entry_dirs(str(directory))
+        return cache
 
     def _reset(self, damage: _CacheDamaged) -> None:
         """Move a damaged cache aside (or empty it where it cannot be moved); log it once, count it."""
