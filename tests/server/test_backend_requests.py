@@ -281,7 +281,11 @@ def test_more_small_parts_than_are_kept_in_memory(any_proxy: RunningProxy) -> No
     middles = [bytes([n]) * (5 * MIB + n) for n in range(10)]  # each compresses to almost nothing
     uploads = [(1, first), *((n + 2, m) for n, m in enumerate(middles)), (12, last)]
     uid, parts = _upload(s3, bucket, "many", uploads)
+    service = any_proxy.proxy.service
+    assert service is not None
+    assert service._inline_parts._data  # the newest small parts' bytes, for the completion
     _complete(s3, bucket, "many", uid, parts)
+    assert not service._inline_parts._data  # not held once their upload has ended
     assert s3.get_object(Bucket=bucket, Key="many")["Body"].read() == first + b"".join(middles) + last
     # Small parts only: the object is assembled by copying ranges of the records.
     uid, parts = _upload(s3, bucket, "copied", [(n + 1, m) for n, m in enumerate(middles)])

@@ -38,6 +38,9 @@ SMALL_OBJECT = 8 << 20
 # Part records (and the small parts kept in them) an instance holds unwritten, at most: past it, a part's
 # record is written before its UploadPart is answered, as with upload_records = "eager".
 PENDING_BYTES = 64 << 20
+# Stored bytes of small multipart parts held in memory for the completion of their upload (see
+# ServiceCore._inline_parts): three or more, as each is below the backend's minimum part size.
+INLINE_PARTS_BYTES = 16 << 20
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -77,6 +80,19 @@ class TtlCache(Generic[K, V]):
 
     def clear(self) -> None:
         self._data.clear()
+
+
+class BytesLru(TtlCache[K, bytes]):
+    """A TtlCache of byte strings bounded in bytes too: the newest stays even when it alone is over."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        super().__init__(max_entries, 0)
+        self.max_bytes = max_bytes
+
+    def put(self, key: K, value: bytes) -> None:
+        super().put(key, value)
+        while len(self._data) > 1 and sum(len(v) for _, v in self._data.values()) > self.max_bytes:
+            self._data.popitem(last=False)
 
 
 def encode_meta_value(value: str) -> str:
@@ -131,9 +147,11 @@ class ServiceCore:
         # (backend bucket, key of a part record) -> (its backend ETag, the record): the records this
         # instance wrote need no GET at completion while the listing shows them unchanged.
         self._part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
-        # The stored bytes of the small parts kept in those records (each below the backend's minimum
-        # part size): a completion by this instance needs not read them back.
-        self._inline_parts: TtlCache[tuple[str, str], bytes] = TtlCache(8, 0)
+        # The stored bytes of the newest small parts kept in those records (each below the backend's
+        # minimum part size), until their upload ends: a completion by this instance needs not read
+        # them back. Bounded in bytes: an upload of compressible parts makes one (some 5 MiB) a part,
+        # and eight of them held after their upload ended were a sixth of a 1 GiB upload's peak RSS.
+        self._inline_parts: BytesLru[tuple[str, str]] = BytesLru(8, INLINE_PARTS_BYTES)
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
         # Part records acknowledged and not yet written (service.deferred writes them): "deferred" holds
@@ -170,9 +188,15 @@ class ServiceCore:
     def forget_upload(self, bucket: str, name: str) -> None:
         """Drop what this instance remembers of the upload stored as `name` (the janitor removed it)."""
         self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
+        self.forget_inline_parts(bucket, name)
         entry = self.pending.get(bucket, name)
         if entry is not None:
             self.pending.close(entry)
+
+    def forget_inline_parts(self, bucket: str, name: str) -> None:
+        """Drop the small parts held of the upload stored as `name` (it ended)."""
+        where = self.ns.internal(bucket, f"mpu/{name}/")
+        self._inline_parts.pop_where(lambda k: k[0] == where.bucket and k[1].startswith(where.key))
 
     def invalidate(self, bucket: str, key: str) -> None:
         self._objects.pop((bucket, key))

@@ -556,6 +556,7 @@ class UploadOps(RecordOps):
         arrives after its listing is left to the janitor), else as listed now."""
         name = upload_name(upload_id)
         self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
+        self.forget_inline_parts(bucket, name)
         entry = self.pending.get(bucket, name)
         if entry is not None:
             self.pending.close(entry)
