@@ -293,6 +293,21 @@ def test_more_small_parts_than_are_kept_in_memory(any_proxy: RunningProxy) -> No
     assert s3.get_object(Bucket=bucket, Key="copied")["Body"].read() == b"".join(middles)
 
 
+def test_small_parts_held_for_the_completion_are_let_go_at_an_abort(any_proxy: RunningProxy) -> None:
+    s3 = any_proxy.client()
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    middles = [bytes([n]) * (5 * MIB + n) for n in range(3)]  # each compresses to almost nothing
+    uid, _ = _upload(
+        s3, bucket, "aborted", [(1, os.urandom(6 * MIB)), *((n + 2, m) for n, m in enumerate(middles))]
+    )
+    service = any_proxy.proxy.service
+    assert service is not None
+    assert service._inline_parts._data
+    s3.abort_multipart_upload(Bucket=bucket, Key="aborted", UploadId=uid)
+    assert not service._inline_parts._data
+
+
 def test_an_upload_begun_by_an_older_version_completes(cold: RunningProxy) -> None:
     """Its state names no backend upload: every part is kept aside and copied in at completion."""
     s3 = cold.client()

@@ -194,8 +194,8 @@ class ServiceCore:
             self.pending.close(entry)
 
     def forget_inline_parts(self, bucket: str, name: str) -> None:
-        """Drop the small parts held of the upload stored as `name` (it ended)."""
-        where = self.ns.internal(bucket, f"mpu/{name}/")
+        """Drop the small parts held of the upload stored as `name` (or of that upload id): it ended."""
+        where = self.ns.internal(bucket, f"mpu/{upload_name(name)}/")
         self._inline_parts.pop_where(lambda k: k[0] == where.bucket and k[1].startswith(where.key))
 
     def invalidate(self, bucket: str, key: str) -> None:
