@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from tsproxy.errors import IntegrityError
 
 from .context import ObjectContext
-from .early import EarlyFrames
 from .index import ChunkRef
 from .manifest import Manifest
 from .pipeline import DownloadChain
@@ -52,16 +51,6 @@ class ChunkDecoder:
             view = _checked(ref, stored)
             payload = self._chain.open_seal(view, ref.segment_no, ref.chunk_no, ref.last)
             return payload, self._chain.range_plan(payload, ref.original_len, start, stop)
-
-    def early(self, ref: ChunkRef, start: int, stop: int) -> EarlyFrames | None:
-        """Frames holding original bytes [start, stop) of the chunk, to find while its stored bytes
-        arrive (see early.py); None when it has none to find (stored as it is, or the range is empty)."""
-        payload_len = ref.stored_len - self._chain.stages.seal_stage.overhead
-        if payload_len == ref.original_len or start >= stop:
-            return None
-        with _naming(ref):
-            unverified = self._chain.unverified(ref.segment_no, ref.chunk_no)
-        return EarlyFrames(unverified, payload_len, ref.original_len, start, stop)
 
     def inflate_part(self, ref: ChunkRef, payload: Payload, step: FrameStep) -> Payload:
         """One step of open_range's plan: that part of one frame's original bytes."""

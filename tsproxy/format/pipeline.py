@@ -30,7 +30,7 @@ the record that names it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
@@ -222,11 +222,6 @@ class DownloadChain:
         (range_plan, then inflate_part or assemble)."""
         seal = self._seals.get(segment_no) or self._seal_for(segment_no)
         return seal.open(stored, chunk_no, last)
-
-    def unverified(self, segment_no: int, chunk_no: int) -> Callable[[memoryview], bytes]:
-        """See SealStage.unverified."""
-        seal = self._seals.get(segment_no) or self._seal_for(segment_no)
-        return seal.unverified(chunk_no)
 
     def range_plan(
         self, payload: Payload, original_len: int, start: int, stop: int

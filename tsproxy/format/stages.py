@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import ClassVar
 
 import zstandard
 from awscrt.checksums import crc32c
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tsproxy.errors import IntegrityError
@@ -175,13 +173,6 @@ class SealStage(ABC):
     def crcs(self) -> tuple[int, ...]:
         """The chunk CRC32Cs the segment entry records (sealed so far), empty for a keyed stage."""
 
-    @abstractmethod
-    def unverified(self, chunk_no: int) -> Callable[[memoryview], bytes]:
-        """What turns a stored chunk's bytes, fed in order as they arrive, into its payload's bytes
-        WITHOUT verifying anything: for work done ahead on a chunk still arriving, whose result may be
-        used only once `open` has verified the whole chunk and it has been checked against the payload
-        `open` gave (cache.early)."""
-
 
 class AesGcmSeal(SealStage):
     """AES-256-GCM under the object's DEK; nonce = salt || chunk_no, associated data binds the position."""
@@ -190,11 +181,10 @@ class AesGcmSeal(SealStage):
     keyed = True
     overhead = TAG_SIZE
 
-    def __init__(self, key: bytes, salt: bytes, prefix: bytes) -> None:
+    def __init__(self, aead: AESGCM, salt: bytes, prefix: bytes) -> None:
         if len(salt) != SALT_SIZE:
             raise ValueError("salt must be 8 bytes")
-        self._key = key
-        self._aead = AESGCM(key)
+        self._aead = aead
         self._salt = salt
         self._prefix = prefix
 
@@ -205,7 +195,7 @@ class AesGcmSeal(SealStage):
         if ctx.dek is None:
             raise ValueError("AES-256-GCM needs the object's DEK")
         return cls(
-            ctx.dek,
+            AESGCM(ctx.dek),
             os.urandom(SALT_SIZE) if salt is None else salt,
             aad_prefix(ctx.object_id, segment_no),
         )
@@ -230,13 +220,6 @@ class AesGcmSeal(SealStage):
             )
         except InvalidTag:
             raise IntegrityError("authentication failed (tampered, moved or truncated)") from None
-
-    def unverified(self, chunk_no: int) -> Callable[[memoryview], bytes]:
-        # GCM encrypts with AES in counter mode, its counter block starting at nonce || 2 for a 96-bit
-        # nonce (NIST SP 800-38D, 7.1): the same keystream, without the tag (the last TAG_SIZE bytes,
-        # which the caller does not feed).
-        counter = chunk_nonce(self._salt, chunk_no) + (2).to_bytes(4, "big")
-        return Cipher(algorithms.AES(self._key), modes.CTR(counter)).decryptor().update
 
 
 class Crc32cSeal(SealStage):
@@ -273,9 +256,6 @@ class Crc32cSeal(SealStage):
         stored = payload if isinstance(payload, bytes) else bytes(payload)
         self._crcs[chunk_no] = crc32c(stored)
         return stored
-
-    def unverified(self, chunk_no: int) -> Callable[[memoryview], bytes]:
-        return bytes
 
     def open(self, stored: memoryview, chunk_no: int, last: bool) -> Payload:
         expected = self._crcs.get(chunk_no)

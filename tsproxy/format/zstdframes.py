@@ -35,10 +35,6 @@ class FrameError(IntegrityError):
     """The payload is not a run of zstd frames that each declare their content size."""
 
 
-class _CutShort(FrameError):
-    """The payload ends inside a frame (which more bytes might complete)."""
-
-
 @dataclass(frozen=True)
 class Frame:
     """One zstd frame of a payload: where it lies and how many original bytes it holds."""
@@ -68,21 +64,10 @@ def frames(payload: bytes | memoryview, expected_total: int) -> list[Frame]:
     return out
 
 
-def frame_if_whole(view: memoryview, pos: int) -> Frame | None:
-    """The frame at `pos` of a payload of which `view` is the beginning: None while its bytes are not
-    all in the view yet; FrameError when what is there already is not a frame."""
-    try:
-        return _frame_at(view, pos)
-    except _CutShort:
-        return None
-
-
 def _frame_at(view: memoryview, pos: int) -> Frame:
     end = len(view)
-    if view[pos : min(end, pos + 4)] != _MAGIC[: end - pos]:
+    if end - pos < 6 or view[pos : pos + 4] != _MAGIC:
         raise FrameError(f"not a zstd frame (at payload offset {pos})")
-    if end - pos < 6:
-        raise _CutShort(f"not a zstd frame: cut short (at payload offset {pos})")
     descriptor = view[pos + 4]
     fcs_flag = descriptor >> 6
     single_segment = (descriptor >> 5) & 1
@@ -95,14 +80,14 @@ def _frame_at(view: memoryview, pos: int) -> Frame:
         raise FrameError("zstd frame does not declare its content size")
     header = 5 + (0 if single_segment else 1) + did_size + fcs_size
     if end - pos < header:
-        raise _CutShort("zstd frame header is cut short")
+        raise FrameError("zstd frame header is cut short")
     fcs = int.from_bytes(view[pos + header - fcs_size : pos + header], "little")
     if fcs_size == 2:
         fcs += 256  # the 2-byte field is stored minus 256
     cursor = pos + header
     while True:
         if end - cursor < 3:
-            raise _CutShort("zstd block header is cut short")
+            raise FrameError("zstd block header is cut short")
         word = int.from_bytes(view[cursor : cursor + 3], "little")
         last, kind, size = word & 1, (word >> 1) & 3, word >> 3
         if kind == 3:
@@ -111,7 +96,7 @@ def _frame_at(view: memoryview, pos: int) -> Frame:
             raise FrameError("zstd block larger than the format allows")
         cursor += 3 + (1 if kind == _BLOCK_RLE else size)
         if cursor > end:
-            raise _CutShort("zstd block runs past the payload")
+            raise FrameError("zstd block runs past the payload")
         if last:
             break
     cursor += 4 if has_checksum else 0
