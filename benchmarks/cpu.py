@@ -44,7 +44,6 @@ import base64
 import collections
 import contextlib
 import hashlib
-import math
 import os
 import shutil
 import signal
@@ -58,7 +57,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from common import free_port, markdown
+from common import best_of, free_port, markdown
 from fetch_support import (
     CHUNK_BYTES,
     MIB,
@@ -262,16 +261,6 @@ def floor_cpu(pid: int, client: LeanS3, ranges: list[tuple[int, int]], expected:
 
 
 # -- the bare limit ----------------------------------------------------------------------------------
-
-
-def best_of(runs: int, work: Callable[[], Any]) -> float:
-    """The least CPU seconds `work` took in `runs` runs (this process does nothing else meanwhile)."""
-    best = math.inf
-    for _ in range(runs):
-        begin = time.process_time()
-        work()
-        best = min(best, time.process_time() - begin)
-    return best
 
 
 def bare_limit(data: bytes, chunk_size: int, level: int, runs: int = 3) -> tuple[dict[str, float], float]:

@@ -24,11 +24,10 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
-from common import markdown, write_json
+from common import best_of, markdown, write_json
 from fetch_support import MIB, build_segment
 
 from tsproxy import defaults
@@ -45,17 +44,9 @@ KIB = 1024
 GIB = 1 << 30
 
 
-def best(repeat: int, work: Callable[[], Any]) -> float:
-    """The least CPU time of `repeat` runs of work."""
-    times = []
-    for _ in range(repeat):
-        begin = time.process_time()
-        work()
-        times.append(time.process_time() - begin)
-    return min(times)
-
-
-def measure(data: bytes, positions: list[int], frame_size: int, parts: int, repeat: int) -> dict[str, Any]:
+def measure(
+    data: bytes, positions: Sequence[int], frame_size: int, parts: int, repeat: int
+) -> dict[str, Any]:
     settings = TransformSettings(compression="on", encryption=True, frame_size=frame_size)
     ring = KeyRing.new(key_id="frames-bench")
     ctx = ObjectContext.new(settings, ring)
@@ -69,7 +60,7 @@ def measure(data: bytes, positions: list[int], frame_size: int, parts: int, repe
         out += encoder.finish()
         return out, encoder.info
 
-    seal_s = best(repeat, seal)
+    seal_s = best_of(repeat, seal)
     chunks, info = seal()
     manifest = build_manifest(
         ctx, settings, [info], etag=info.md5.hex(), md5=info.md5, content_type=None, metadata={}, headers={}
@@ -83,7 +74,7 @@ def measure(data: bytes, positions: list[int], frame_size: int, parts: int, repe
 
     rng = random.Random(5)
     size = settings.chunk_size
-    ranges = []
+    ranges: list[tuple[int, int]] = []
     while len(ranges) < parts:
         start = rng.choice(positions)
         i = start // size
@@ -99,8 +90,8 @@ def measure(data: bytes, positions: list[int], frame_size: int, parts: int, repe
         "frame_kib": frame_size // KIB,
         "stored": sum(len(c) for c in chunks) / len(data),
         "seal_s_per_gib": seal_s / gib,
-        "open_s_per_gib": best(repeat, open_all) / gib,
-        "part_ms": best(repeat, read_parts) / parts * 1000,
+        "open_s_per_gib": best_of(repeat, open_all) / gib,
+        "part_ms": best_of(repeat, read_parts) / parts * 1000,
     }
 
 
@@ -126,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nFormat 2 frame sizes: {args.size} MiB Kafka-like segment, {chunk_mib} MiB chunks, zstd level "
         f"{level}, AES-256-GCM; ratios against {first['frame_kib']} KiB frames\n"
     )
-    columns = ("frame_kib", "stored", "seal_s_per_gib", "open_s_per_gib", "part_ms")
+    columns: tuple[str, ...] = ("frame_kib", "stored", "seal_s_per_gib", "open_s_per_gib", "part_ms")
     columns += tuple(f"{c}_vs_first" for c in columns[2:])
     print(markdown(rows, columns))
     write_json(args.json, rows)
