@@ -262,8 +262,7 @@ def _make_entry_dirs(root: str) -> None:
     inode: on a fresh cache, some 4 % of a cold read's CPU when each directory was made by its first
     entry)."""
     for n in range(256):
-        with suppress(FileExistsError):
-            os.mkdir(os.path.join(root, f"{n:02x}"), 0o700)
+        _make_private_dirs(root, f"{n:02x}")
 
 
 def _make_private_dirs(root: str, relative: str) -> None:
