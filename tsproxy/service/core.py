@@ -186,17 +186,15 @@ class ServiceCore:
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
     def forget_upload(self, bucket: str, name: str) -> None:
-        """Drop what this instance remembers of the upload stored as `name` (the janitor removed it)."""
+        """Drop what this instance remembers of the upload stored as `name` (or of that upload id): it
+        completed, was aborted, or the janitor removed it."""
+        name = upload_name(name)
         self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
-        self.forget_inline_parts(bucket, name)
+        where = self.ns.internal(bucket, f"mpu/{name}/")
+        self._inline_parts.pop_where(lambda k: k[0] == where.bucket and k[1].startswith(where.key))
         entry = self.pending.get(bucket, name)
         if entry is not None:
             self.pending.close(entry)
-
-    def forget_inline_parts(self, bucket: str, name: str) -> None:
-        """Drop the small parts held of the upload stored as `name` (or of that upload id): it ended."""
-        where = self.ns.internal(bucket, f"mpu/{upload_name(name)}/")
-        self._inline_parts.pop_where(lambda k: k[0] == where.bucket and k[1].startswith(where.key))
 
     def invalidate(self, bucket: str, key: str) -> None:
         self._objects.pop((bucket, key))

@@ -554,12 +554,7 @@ class UploadOps(RecordOps):
     async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
         """Forget the upload and delete its objects: `keys` when the caller knows them (a part that
         arrives after its listing is left to the janitor), else as listed now."""
-        name = upload_name(upload_id)
-        self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
-        self.forget_inline_parts(bucket, name)
-        entry = self.pending.get(bucket, name)
-        if entry is not None:
-            self.pending.close(entry)
+        self.forget_upload(bucket, upload_id)
         prefix = self._upload_loc(bucket, upload_id)
         if keys is not None:
             if keys:
