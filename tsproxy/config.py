@@ -331,6 +331,11 @@ class Config:
         default=defaults.MALLOC_ARENAS,
         metadata=parsed_by(int, _between(0, 1024, "must be between 0 and 1024")),
     )
+    # seconds without a client request before the heaps' free memory goes back (tsproxy/memory.py); 0: never
+    malloc_idle_release: float = field(
+        default=defaults.MALLOC_IDLE_RELEASE,
+        metadata=parsed_by(parse_duration, _at_least(0, "must not be negative (0 turns it off)")),
+    )
     prefetch: int = field(
         default=defaults.PREFETCH,
         metadata=parsed_by(parse_size, _between(0, 1 << 30, "must be at most 1GiB")),

@@ -42,6 +42,7 @@ MEMORY_CACHE_SIZE = 32 << 20
 MALLOC_MMAP_THRESHOLD = 8 << 20  # see tsproxy/memory.py; 0: glibc's own (moving) threshold
 MALLOC_TRIM_THRESHOLD = 64 << 20  # see tsproxy/memory.py; 0: glibc's own (128 KiB once fixed)
 MALLOC_ARENAS = 2  # see tsproxy/memory.py; 0: glibc's own (eight a core)
+MALLOC_IDLE_RELEASE = 10.0  # seconds without a request before the heaps' free memory goes back; 0: never
 PREFETCH = 16 << 20
 METADATA_TTL = 5.0  # seconds
 

@@ -184,6 +184,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.memory_releases = Counter(
+            "tsproxy_memory_releases_total",
+            "Times the heaps' free memory was offered back to the system after a quiet spell, by result: "
+            "released (some went back) or none.",
+            ["result"],
+            registry=r,
+        )
         self.singleflight_joins = Counter(
             "tsproxy_singleflight_joins_total",
             "Chunk reads that joined a download already under way.",

@@ -23,6 +23,7 @@ from tsproxy.cache.chunks import ChunkCache
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.config import Config
 from tsproxy.format import KeyRing
+from tsproxy.memory import IdleRelease
 from tsproxy.metrics import Metrics
 from tsproxy.pool import PriorityPool
 from tsproxy.server import startup
@@ -72,6 +73,16 @@ class Proxy:
         self._prober: asyncio.Task[None] | None = None
         self.janitor: Janitor | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self.idle: IdleRelease | None = None
+        if cfg.malloc_idle_release > 0:
+            releases = self.metrics.memory_releases
+            for result in ("released", "none"):
+                releases.labels(result)  # present at 0 from the first scrape
+            self.idle = IdleRelease(
+                cfg.malloc_idle_release,
+                on_release=lambda released: releases.labels("released" if released else "none").inc(),
+            )
+        self._releaser: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Load the key ring, open the cache and the service; ConfigError (one line) on a mistake.
@@ -141,6 +152,8 @@ class Proxy:
         if self.keyring is not None and cfg.key_ring_check > 0:
             self._watcher = asyncio.get_running_loop().create_task(self.watch_keyring())
         self._prober = asyncio.get_running_loop().create_task(self.watch_backend())
+        if self.idle is not None:
+            self._releaser = asyncio.get_running_loop().create_task(self.idle.run_forever())
         if cfg.janitor_interval > 0:
             self.janitor = Janitor(
                 self.service,
@@ -155,7 +168,7 @@ class Proxy:
 
     async def stop(self) -> None:
         self.ready = False
-        for task in (self._watcher, self._prober, self._sweeper):
+        for task in (self._watcher, self._prober, self._sweeper, self._releaser):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -97,6 +97,8 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
     response: web.StreamResponse | None = None
     error_code = ""
     metrics.in_flight.inc()
+    if proxy.idle is not None:
+        proxy.idle.begin()
     try:
         try:
             query = _query(raw_query)
@@ -171,6 +173,8 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
         return response
     finally:
         metrics.in_flight.dec()
+        if proxy.idle is not None:
+            proxy.idle.end()
         elapsed = time.monotonic() - started
         # A handler that raised past us (a cut connection) sent nothing we know of: count it as a 500.
         status = str(response.status) if response is not None else "500"

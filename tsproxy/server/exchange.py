@@ -12,6 +12,7 @@ from tsproxy import errors
 from tsproxy.cache.chunks import ChunkCache
 from tsproxy.config import Config
 from tsproxy.format import KeyRing
+from tsproxy.memory import IdleRelease
 from tsproxy.metrics import Metrics
 from tsproxy.s3.routing import S3Request
 from tsproxy.s3.sigv4 import AuthResult
@@ -95,6 +96,7 @@ class Served(Protocol):
     cache: ChunkCache | None
     ready: bool
     draining: bool
+    idle: IdleRelease | None
 
     @property
     def objects(self) -> ObjectService: ...
