@@ -191,6 +191,8 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        for result in ("released", "none"):
+            self.memory_releases.labels(result)  # present at 0 from the first scrape
         self.singleflight_joins = Counter(
             "tsproxy_singleflight_joins_total",
             "Chunk reads that joined a download already under way.",

@@ -291,6 +291,13 @@ ROWS: list[Row] = [
                 unit="short",
                 stack=True,
             ),
+            Panel(
+                "Memory given back",
+                "Times per second the free memory kept for the next upload part went back to the system "
+                "after a quiet spell (malloc_idle_release), by result: released, or none to give back.",
+                [Target(rate("tsproxy_memory_releases_total", by="result"), "{{result}}")],
+                unit="ops",
+            ),
         ],
     ),
     Row(

@@ -76,8 +76,6 @@ class Proxy:
         self.idle: IdleRelease | None = None
         if cfg.malloc_idle_release > 0:
             releases = self.metrics.memory_releases
-            for result in ("released", "none"):
-                releases.labels(result)  # present at 0 from the first scrape
             self.idle = IdleRelease(
                 cfg.malloc_idle_release,
                 on_release=lambda released: releases.labels("released" if released else "none").inc(),
