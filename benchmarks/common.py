@@ -185,8 +185,14 @@ class TsproxyProcess:
         Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
     def peak_rss_mib(self) -> float:
+        return self._status_mib("VmHWM")
+
+    def rss_mib(self) -> float:
+        return self._status_mib("VmRSS")
+
+    def _status_mib(self, field: str) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
         return float("nan")
 

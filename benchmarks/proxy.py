@@ -1,6 +1,7 @@
 """Upload and ranged-read throughput and latency through tsproxy beside direct access to the same
 SeaweedFS, in one run; peak RSS of the tsproxy process during a large upload and during 32 parallel
-ranged readers.
+ranged readers, and its RSS once it has been quiet for a while after the large upload (`idle_rss_mib`:
+tsproxy runs with `malloc_idle_release` at IDLE_RELEASE, and the script waits twice that).
 
     .venv/bin/python benchmarks/proxy.py [--size-mib 256] [--rss-upload-mib 1024] [--json out.json]
 """
@@ -28,6 +29,7 @@ from common import (
     write_json,
 )
 
+IDLE_RELEASE = 2.0  # seconds; the default of 10 s would only make the script wait longer
 TRANSFER = TransferConfig(multipart_threshold=25 * MIB, multipart_chunksize=25 * MIB, max_concurrency=4)
 
 
@@ -82,7 +84,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tsproxy-bench-") as tmp:
         weed = Seaweed(Path(tmp) / "weed")
         proxy = TsproxyProcess(
-            Path(tmp) / "proxy", weed.endpoint, (weed.access_key, weed.secret_key), cache_size="2GiB"
+            Path(tmp) / "proxy",
+            weed.endpoint,
+            (weed.access_key, weed.secret_key),
+            cache_size="2GiB",
+            malloc_idle_release=f"{IDLE_RELEASE}s",
         )
         try:
             systems = {"direct": weed.client(), "tsproxy": proxy.client()}
@@ -138,6 +144,9 @@ def main() -> None:
                     "peak_rss_mib": proxy.peak_rss_mib(),
                 }
             )
+            busy = proxy.rss_mib()
+            time.sleep(2 * IDLE_RELEASE)
+            rows[-1].update(rss_at_end_mib=busy, idle_rss_mib=proxy.rss_mib())
         finally:
             proxy.stop()
             weed.stop()
@@ -146,7 +155,8 @@ def main() -> None:
         direct = by.get(("direct", r["scenario"]))
         if r["system"] == "tsproxy" and direct:
             r["vs_direct"] = r["mib_s"] / direct["mib_s"]
-    print_table(rows, ["system", "scenario", "mib_s", "p50_ms", "p99_ms", "vs_direct", "peak_rss_mib"])
+    columns = ["system", "scenario", "mib_s", "p50_ms", "p99_ms", "vs_direct", "peak_rss_mib"]
+    print_table(rows, [*columns, "rss_at_end_mib", "idle_rss_mib"])
     write_json(args.json, rows)
 
 
