@@ -28,6 +28,7 @@ The machine's load average is printed with the table: other processes move every
 
     .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
         [--scenarios chunks,random] [--chunk-size 1MiB] [--client lean|boto3]
+        [--setting prefetch=32MiB --setting memory_cache_size=64MiB]
 """
 
 from __future__ import annotations
@@ -118,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         default="lean",
         help="who sends the scenarios' requests: LeanS3 (default) or boto3, as applications do",
     )
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. prefetch=32MiB); repeatable",
+    )
     ap.add_argument("--json", help="write the rows here as a JSON list")
     ap.add_argument(
         "--workdir",
@@ -127,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.size < 2:
         ap.error("--size must be at least 2 (MiB)")
+    if any("=" not in s for s in args.setting):
+        ap.error("--setting takes NAME=VALUE")
+    settings = dict(s.split("=", 1) for s in args.setting)
     random_count = args.random_reads or max(8, args.size // 2)
 
     # Other processes on the machine move every figure: say how busy it was.
@@ -150,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         weed = SeaweedFS.start()
         try:
             factories: dict[str, Any] = {
-                "tsproxy": lambda: TsproxySystem(weed, "fetch-tsproxy", tmp / "tsproxy", args.chunk_size),
+                "tsproxy": lambda: TsproxySystem(
+                    weed, "fetch-tsproxy", tmp / "tsproxy", args.chunk_size, settings=settings
+                ),
                 "direct": lambda: DirectSystem(weed, "fetch-direct"),
                 "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone"),
             }
@@ -173,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.client} client ({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, "
         f"{load_after:.1f} after)\n"
     )
+    if settings:
+        print("tsproxy settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()) + "\n")
     direct = {r["scenario"]: r["mib_s"] for r in rows if r["system"] == "direct"}
     for r in rows:
         r["vs_direct"] = r["mib_s"] / direct[r["scenario"]] if direct.get(r["scenario"]) else None
