@@ -4,6 +4,7 @@ ranged readers, and its RSS once it has been quiet for a while after the large u
 tsproxy runs with `malloc_idle_release` at IDLE_RELEASE, and the script waits twice that).
 
     .venv/bin/python benchmarks/proxy.py [--size-mib 256] [--rss-upload-mib 1024] [--json out.json]
+        [--setting memory_cache_size=64MiB]
 """
 
 from __future__ import annotations
@@ -77,7 +78,18 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=32)
     ap.add_argument("--reads-per-reader", type=int, default=8)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. memory_cache_size=64MiB); repeatable",
+    )
     args = ap.parse_args()
+    if any("=" not in s for s in args.setting):
+        ap.error("--setting takes NAME=VALUE")
+    settings = {"cache_size": "2GiB", **dict(s.split("=", 1) for s in args.setting)}
+    settings.setdefault("malloc_idle_release", f"{IDLE_RELEASE}s")
     size = args.size_mib * MIB
     block = kafka_like(8 * MIB)
     rows: list[dict[str, Any]] = []
@@ -87,8 +99,7 @@ def main() -> None:
             Path(tmp) / "proxy",
             weed.endpoint,
             (weed.access_key, weed.secret_key),
-            cache_size="2GiB",
-            malloc_idle_release=f"{IDLE_RELEASE}s",
+            **settings,
         )
         try:
             systems = {"direct": weed.client(), "tsproxy": proxy.client()}
@@ -155,6 +166,8 @@ def main() -> None:
         direct = by.get(("direct", r["scenario"]))
         if r["system"] == "tsproxy" and direct:
             r["vs_direct"] = r["mib_s"] / direct["mib_s"]
+    if args.setting:
+        print("tsproxy settings: " + ", ".join(args.setting))
     columns = ["system", "scenario", "mib_s", "p50_ms", "p99_ms", "vs_direct", "peak_rss_mib"]
     print_table(rows, [*columns, "rss_at_end_mib", "idle_rss_mib"])
     write_json(args.json, rows)
