@@ -4,7 +4,15 @@ ranged readers, and its RSS once it has been quiet for a while after the large u
 tsproxy runs with `malloc_idle_release` at IDLE_RELEASE, and the script waits twice that).
 
     .venv/bin/python benchmarks/proxy.py [--size-mib 256] [--rss-upload-mib 1024] [--json out.json]
-        [--setting memory_cache_size=64MiB]
+        [--setting memory_cache_size=64MiB] [--data segment|json-lines]
+
+The data (an 8 MiB block, repeated): by default a segment of Kafka record batches with JSON values, as
+benchmarks/fetch.py stores. `json-lines` is JSON records one per line with no batch framing: it
+compresses a little better, so a 25 MiB part becomes less than the backend's 5 MiB minimum part size and
+takes tsproxy's small-part path (held until the completion), the worst case for tsproxy's memory. It is
+also what SeaweedFS itself stores gzipped (text-like chunks), inflating a whole stored chunk for every
+ranged GET: a 256 MiB stream took 58 MiB on its disk and 37 ms per 1 MiB GET, against 257 MiB and 5.7 ms
+for the segment, so direct's read figures with it are those of SeaweedFS's gzip, not of its S3 path.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from common import (
     print_table,
     write_json,
 )
+from fetch_support import build_segment
 
 IDLE_RELEASE = 2.0  # seconds; the default of 10 s would only make the script wait longer
 TRANSFER = TransferConfig(multipart_threshold=25 * MIB, multipart_chunksize=25 * MIB, max_concurrency=4)
@@ -77,6 +86,12 @@ def main() -> None:
     ap.add_argument("--rss-upload-mib", type=int, default=1024, help="upload size for the peak-RSS run")
     ap.add_argument("--readers", type=int, default=32)
     ap.add_argument("--reads-per-reader", type=int, default=8)
+    ap.add_argument(
+        "--data",
+        choices=("segment", "json-lines"),
+        default="segment",
+        help="what is uploaded (see the module docstring; default: segment)",
+    )
     ap.add_argument("--json", help="write the results here")
     ap.add_argument(
         "--setting",
@@ -91,7 +106,7 @@ def main() -> None:
     settings = {"cache_size": "2GiB", **dict(s.split("=", 1) for s in args.setting)}
     settings.setdefault("malloc_idle_release", f"{IDLE_RELEASE}s")
     size = args.size_mib * MIB
-    block = kafka_like(8 * MIB)
+    block = build_segment(8 * MIB).data if args.data == "segment" else kafka_like(8 * MIB)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tsproxy-bench-") as tmp:
         weed = Seaweed(Path(tmp) / "weed")
@@ -166,8 +181,7 @@ def main() -> None:
         direct = by.get(("direct", r["scenario"]))
         if r["system"] == "tsproxy" and direct:
             r["vs_direct"] = r["mib_s"] / direct["mib_s"]
-    if args.setting:
-        print("tsproxy settings: " + ", ".join(args.setting))
+    print(f"data: {args.data}" + (", tsproxy settings: " + ", ".join(args.setting) if args.setting else ""))
     columns = ["system", "scenario", "mib_s", "p50_ms", "p99_ms", "vs_direct", "peak_rss_mib"]
     print_table(rows, [*columns, "rss_at_end_mib", "idle_rss_mib"])
     write_json(args.json, rows)
