@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -236,6 +237,24 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
 def write_json(path: str | None, rows: list[dict[str, Any]]) -> None:
     if path:
         Path(path).write_text(json.dumps(rows, indent=2))
+
+
+def add_setting_option(ap: argparse.ArgumentParser, example: str) -> None:
+    """`--setting NAME=VALUE`, repeatable: a tsproxy setting for the run (read it with `settings_of`)."""
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"a tsproxy setting for the run, as in docs/CONFIG.md (e.g. {example}); repeatable",
+    )
+
+
+def settings_of(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The `--setting` options given, by name; a usage error for one without `=`."""
+    if any("=" not in s for s in args.setting):
+        ap.error("--setting takes NAME=VALUE")
+    return dict(s.split("=", 1) for s in args.setting)
 
 
 def best_of(runs: int, work: Callable[[], Any]) -> float:

@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from common import best_of, free_port, markdown
+from common import add_setting_option, best_of, free_port, markdown, settings_of
 from fetch_support import (
     CHUNK_BYTES,
     MIB,
@@ -425,19 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workdir", type=Path, help="keep tsproxy's logs and caches here (default: a temporary dir)"
     )
-    ap.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. cache_direct_io=true); repeatable",
-    )
+    add_setting_option(ap, "cache_direct_io=true")
     args = ap.parse_args(argv)
     if args.size < 8:
         ap.error("--size must be at least 8 (MiB)")
-    if any("=" not in s for s in args.setting):
-        ap.error("--setting takes NAME=VALUE")
-    settings = dict(s.split("=", 1) for s in args.setting)
+    settings = settings_of(ap, args)
 
     load_before = os.getloadavg()[0]
     segment = build_segment(args.size * MIB)

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import markdown
+from common import add_setting_option, markdown, settings_of
 from fetch_support import (
     CLIENTS,
     MIB,
@@ -119,13 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         default="lean",
         help="who sends the scenarios' requests: LeanS3 (default) or boto3, as applications do",
     )
-    ap.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. prefetch=32MiB); repeatable",
-    )
+    add_setting_option(ap, "prefetch=32MiB")
     ap.add_argument("--json", help="write the rows here as a JSON list")
     ap.add_argument(
         "--workdir",
@@ -135,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.size < 2:
         ap.error("--size must be at least 2 (MiB)")
-    if any("=" not in s for s in args.setting):
-        ap.error("--setting takes NAME=VALUE")
-    settings = dict(s.split("=", 1) for s in args.setting)
+    settings = settings_of(ap, args)
     random_count = args.random_reads or max(8, args.size // 2)
 
     # Other processes on the machine move every figure: say how busy it was.

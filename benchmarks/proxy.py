@@ -31,10 +31,12 @@ from common import (
     Generated,
     Seaweed,
     TsproxyProcess,
+    add_setting_option,
     kafka_like,
     median,
     percentile,
     print_table,
+    settings_of,
     write_json,
 )
 from fetch_support import build_segment
@@ -93,17 +95,9 @@ def main() -> None:
         help="what is uploaded (see the module docstring; default: segment)",
     )
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a tsproxy setting for the run, as in docs/CONFIG.md (e.g. memory_cache_size=64MiB); repeatable",
-    )
+    add_setting_option(ap, "memory_cache_size=64MiB")
     args = ap.parse_args()
-    if any("=" not in s for s in args.setting):
-        ap.error("--setting takes NAME=VALUE")
-    settings = {"cache_size": "2GiB", **dict(s.split("=", 1) for s in args.setting)}
+    settings = {"cache_size": "2GiB", **settings_of(ap, args)}
     settings.setdefault("malloc_idle_release", f"{IDLE_RELEASE}s")
     size = args.size_mib * MIB
     block = build_segment(8 * MIB).data if args.data == "segment" else kafka_like(8 * MIB)
