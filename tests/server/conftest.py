@@ -2,15 +2,48 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from tests.server.harness import RunningProxy
 from tsproxy.format import KeyRing
+from tsproxy.store.local import LocalBackend
+
+
+def write_straight_to_backend(
+    kind: str, tmp: Path, request: pytest.FixtureRequest, bucket: str, objects: dict[str, bytes]
+) -> None:
+    """Objects written into `start_proxy`'s backend past tsproxy, under backend keys as given."""
+    if kind == "seaweed":
+        weed = request.getfixturevalue("seaweed")
+        client = boto3.client(
+            "s3",
+            endpoint_url=weed.endpoint,
+            aws_access_key_id=weed.access_key,
+            aws_secret_access_key=weed.secret_key,
+            region_name="us-east-1",
+        )
+        for key, body in objects.items():
+            client.put_object(Bucket=bucket, Key=key, Body=body)
+        return
+
+    # Straight into the directory, through the backend itself rather than through tsproxy.
+    async def put() -> None:
+        backend = LocalBackend(tmp / "data")
+        await backend.start()
+        try:
+            for key, body in objects.items():
+                await backend.put(bucket, key, body)
+        finally:
+            await backend.close()
+
+    asyncio.run(put())
 
 
 def _ring(tmp: Path) -> Path:

@@ -8,20 +8,17 @@ object; an overwrite by another instance, a delete and a passthrough object are 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import time
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 
-from tests.server.conftest import start_proxy
+from tests.server.conftest import start_proxy, write_straight_to_backend
 from tests.server.harness import RunningProxy
 from tsproxy.service.namespace import INTERNAL
-from tsproxy.store.local import LocalBackend
 
 COUNT = 40
 
@@ -132,7 +129,7 @@ def test_listing_is_right_whatever_the_catalog_missed(
         s3.put_object(Bucket=bucket, Key="k1", Body=b"overwritten by another instance")
         s3.delete_object(Bucket=bucket, Key="k2")
         # Neither is flushed yet (second is still running with a 5 s interval): the reader cannot know.
-        _write_straight_to_backend(kind, tmp_path, request, bucket, "raw/outside", b"written past tsproxy")
+        write_straight_to_backend(kind, tmp_path, request, bucket, {"raw/outside": b"written past tsproxy"})
         listed = _listing(reader, bucket)
         assert listed["k1"] == (31, hashlib.md5(b"overwritten by another instance").hexdigest())
         assert "k2" not in listed
@@ -142,32 +139,6 @@ def test_listing_is_right_whatever_the_catalog_missed(
     finally:
         second.stop()
         reader.stop()
-
-
-def _write_straight_to_backend(
-    kind: str, tmp: Path, request: pytest.FixtureRequest, bucket: str, key: str, body: bytes
-) -> None:
-    if kind == "seaweed":
-        weed = request.getfixturevalue("seaweed")
-        client = boto3.client(
-            "s3",
-            endpoint_url=weed.endpoint,
-            aws_access_key_id=weed.access_key,
-            aws_secret_access_key=weed.secret_key,
-            region_name="us-east-1",
-        )
-        client.put_object(Bucket=bucket, Key=key, Body=body)
-    else:
-        # Straight into the directory, through the backend itself rather than through tsproxy.
-        async def put() -> None:
-            backend = LocalBackend(tmp / "data")
-            await backend.start()
-            try:
-                await backend.put(bucket, key, body)
-            finally:
-                await backend.close()
-
-        asyncio.run(put())
 
 
 def _head_view(response: dict) -> tuple:

@@ -13,7 +13,7 @@ from tsproxy.service import paging
 from tsproxy.service.core import (
     bounded_gather,
 )
-from tsproxy.service.namespace import ESCAPED, Location, stored_as_is
+from tsproxy.service.namespace import ESCAPED, RESERVED_START, Location, stored_as_is
 from tsproxy.service.reads import ReadOps
 from tsproxy.service.records import (
     ListedObject,
@@ -22,6 +22,13 @@ from tsproxy.service.records import (
 from tsproxy.store.base import ListPage, ObjectInfo, list_everything
 
 log = logging.getLogger("tsproxy.service")
+
+# Backend requests a page may add to fill itself past hidden names. The reserved range takes one; more are
+# for names no client key maps to (written straight into the backend). A page still short after them is
+# truncated with fewer keys, as S3 allows.
+MAX_REFILLS = 4
+# Past every backend name in the reserved range (internal state and escaped keys alike).
+RESERVED_END = RESERVED_START + paging.PAST_PREFIX
 
 
 class ListingOps(ReadOps):
@@ -53,13 +60,13 @@ class ListingOps(ReadOps):
         list_plain = not cursor.plain_done
         # The page, the escaped keys and the catalog are fetched at once: one round trip, not three.
         page, escaped, index = await asyncio.gather(
-            self.backend.list(
-                root.bucket,
-                prefix=root.key + prefix,
-                delimiter=delimiter,
-                start_after=root.key + start_after if start_after and not cursor.backend_token else None,
-                token=cursor.backend_token,
-                max_keys=max_keys,
+            self._plain_page(
+                root,
+                prefix,
+                delimiter,
+                start_after if not cursor.backend_token else None,
+                cursor.backend_token,
+                max_keys,
             )
             if list_plain
             else _no_page(),
@@ -90,6 +97,54 @@ class ListingOps(ReadOps):
             )
         objects = await self._listed(root.bucket, chosen, index)
         return ListedPage(objects, prefixes, truncated, next_token if truncated else None)
+
+    async def _plain_page(
+        self,
+        root: Location,
+        prefix: str,
+        delimiter: str | None,
+        start_after: str | None,
+        token: str | None,
+        max_keys: int,
+    ) -> ListPage:
+        """The backend's page of the plain range, refilled past what a listing hides.
+
+        tsproxy's own state and escaped keys sit in the middle of the backend's order (`.tsproxy` sorts
+        after `-` and before digits and letters), and a client must not see them. A page they shortened
+        would come back truncated with fewer than `max_keys` entries: legal in S3, but not what a client
+        of a real store sees, and a size catalog flushed between two requests would make pages
+        short at random. So a short truncated page goes on with the backend's next page, sized to what is
+        missing, and skips the whole reserved range in one request when it reached it.
+        """
+        page = await self.backend.list(
+            root.bucket,
+            prefix=root.key + prefix,
+            delimiter=delimiter,
+            start_after=root.key + start_after if start_after else None,
+            token=token,
+            max_keys=max_keys,
+        )
+        for _ in range(MAX_REFILLS):
+            shown = _shown(page, len(root.key))
+            if not page.is_truncated or shown >= max_keys:
+                break
+            last = _horizon(page, len(root.key)) or ""
+            past_reserved = last.startswith(RESERVED_START) and paging.sorts_after(RESERVED_END, last)
+            more = await self.backend.list(
+                root.bucket,
+                prefix=root.key + prefix,
+                delimiter=delimiter,
+                start_after=root.key + RESERVED_END if past_reserved else None,
+                token=None if past_reserved else page.next_token,
+                max_keys=max_keys - shown,
+            )
+            page = ListPage(
+                page.objects + more.objects,
+                page.common_prefixes + more.common_prefixes,
+                more.is_truncated,
+                more.next_token,
+            )
+        return page
 
     async def _escaped(self, bucket: str, prefix: str, after: str | None) -> list[tuple[str, ObjectInfo]]:
         """Escaped objects whose client key starts with `prefix` and sorts after `after`, by client key."""
@@ -177,6 +232,13 @@ async def _nothing() -> list[tuple[str, ObjectInfo]]:
 
 async def _no_page() -> ListPage:
     return ListPage([], [], False, None)
+
+
+def _shown(page: ListPage, root_len: int) -> int:
+    """How many of a backend page's entries a client sees (keys and prefixes stored as they are)."""
+    return sum(stored_as_is(o.key[root_len:]) for o in page.objects) + sum(
+        stored_as_is(p[root_len:]) for p in page.common_prefixes
+    )
 
 
 def _horizon(page: ListPage, root_len: int) -> str | None:

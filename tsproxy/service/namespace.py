@@ -24,14 +24,14 @@ from tsproxy.s3.limits import MAX_KEY_BYTES
 
 INTERNAL = ".tsproxy/"  # tsproxy's state: multipart uploads, size catalog, bucket markers
 ESCAPED = ".tsproxy~"  # client keys that cannot be stored as they are
-_RESERVED_START = ".tsproxy"  # keys starting so are escaped, so no client key lands in either area
+RESERVED_START = ".tsproxy"  # keys starting so are escaped, so no client key lands in either area
 _UNESCAPE = re.compile(r"%(25|2F|2E)")
 _UNESCAPED = {"25": "%", "2F": "/", "2E": "."}
 
 
 def stored_as_is(key: str) -> bool:
     """True when `key` is its own backend name (no backend can fold it onto another key)."""
-    if key.startswith(("/", _RESERVED_START)) or "//" in key:
+    if key.startswith(("/", RESERVED_START)) or "//" in key:
         return False
     return not any(segment in (".", "..") for segment in key.split("/"))
 
