@@ -457,12 +457,14 @@ class DirectSystem:
 
     name = "direct"
 
-    def __init__(self, weed: SeaweedFS, bucket: str) -> None:
+    def __init__(self, weed: SeaweedFS, bucket: str, *, create: bool = True) -> None:
+        """`create`: make the bucket (else it exists already, and is only read)."""
         self.weed = weed
         self.bucket = self.backend_bucket = bucket
         self.endpoint = weed.endpoint
         self.keys = (weed.access_key, weed.secret_key)
-        boto3_client(self).create_bucket(Bucket=bucket)
+        if create:
+            boto3_client(self).create_bucket(Bucket=bucket)
 
     def go_cold(self) -> None:
         pass
@@ -478,7 +480,9 @@ class TsproxySystem:
     """`tsproxy serve` in its own process over SeaweedFS, with its default settings (4 MiB chunks,
     16 MiB prefetch, compression auto, encryption on, 1 GiB disk cache); `go_cold` restarts it on a
     new, empty cache directory with the same key ring. `chunk_size` (e.g. "1MiB") overrides the default
-    chunk size of the objects it writes; `settings` are any other settings, by name (docs/CONFIG.md)."""
+    chunk size of the objects it writes; `settings` are any other settings, by name (docs/CONFIG.md).
+    With `ring`, the key ring of another instance, it is one more instance over that one's bucket (which
+    it does not create): as after a reschedule."""
 
     name = "tsproxy"
 
@@ -489,6 +493,7 @@ class TsproxySystem:
         workdir: Path,
         chunk_size: str | None = None,
         settings: dict[str, str] | None = None,
+        ring: Path | None = None,
     ) -> None:
         from tsproxy.format import KeyRing
 
@@ -498,11 +503,16 @@ class TsproxySystem:
         self.bucket = self.backend_bucket = bucket  # tsproxy keeps a client bucket under its own name
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        self.ring = workdir / "ring.json"
-        KeyRing.new().save(self.ring)
+        if ring is None:
+            self.ring = workdir / "ring.json"
+            KeyRing.new().save(self.ring)
+        else:
+            self.ring = ring
         self.generation = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._start()
+        if ring is not None:
+            return
         try:
             boto3_client(self).create_bucket(Bucket=bucket)
         except BaseException:

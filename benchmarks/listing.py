@@ -89,9 +89,7 @@ def run(weed: SeaweedFS, count: int, workdir: Path) -> list[dict[str, Any]]:
     finally:
         writer.stop()  # a clean stop: whatever the writer buffered for listings reaches the backend
     rows: list[dict[str, Any]] = []
-    direct = DirectSystem.__new__(DirectSystem)  # the bucket exists already: only list it
-    direct.weed, direct.bucket, direct.backend_bucket = weed, bucket, bucket
-    direct.endpoint, direct.keys = weed.endpoint, (weed.access_key, weed.secret_key)
+    direct = DirectSystem(weed, bucket, create=False)  # the bucket exists already: only list it
     raw, pages, seconds = list_all(boto3_client(direct), bucket)
     visible = {k: v for k, v in raw.items() if not k.startswith(".tsproxy/")}
     assert visible.keys() == written.keys(), "the backend does not list what was written"
@@ -104,13 +102,8 @@ def run(weed: SeaweedFS, count: int, workdir: Path) -> list[dict[str, Any]]:
             "backend_requests": pages,
         }
     )
-    reader = TsproxySystem.__new__(TsproxySystem)
-    reader.weed, reader.bucket, reader.backend_bucket = weed, bucket, bucket
-    reader.workdir = workdir / f"reader-{count}"
-    reader.workdir.mkdir(parents=True, exist_ok=True)
-    reader.ring, reader.generation, reader.process = writer.ring, 0, None
-    reader.chunk_size = writer.chunk_size
-    reader._start()
+    # Another instance with the writer's key ring and an empty cache, over the writer's bucket.
+    reader = TsproxySystem(weed, bucket, workdir / f"reader-{count}", writer.chunk_size, ring=writer.ring)
     try:
         client = boto3_client(reader)
         for scenario in ("cold", "warm"):
