@@ -89,14 +89,29 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+# SeaweedFS's volume size in the benchmarks. The test suite's 16 MB volumes fill every few dozen MiB
+# written, and a write that finds no writable volume waits about a second while the master grows new
+# ones. Writing 256 MiB straight into SeaweedFS (`fetch.py --systems direct --seaweed-volume-mb 16`, two
+# runs) then went at 102-148 MiB/s one part at a time, 119-230 with four in flight and 126-190 in 64 MiB
+# PutObjects, with a p99 near a second; with 1 GiB volumes at 179-182, 214-217 and 221-233, p99 under half
+# a second. tsproxy writes a quarter of the bytes, so it met those waits four times less often: its upload
+# ratios were flattered. An object store does not stop like that.
+SEAWEED_VOLUME_MB = 1024
+
+
+def start_seaweed(volume_mb: int = SEAWEED_VOLUME_MB) -> Any:
+    """A SeaweedFS server for a benchmark (the test suite's launcher, with volumes of `volume_mb`)."""
+    from tests.support.seaweed import SeaweedFS
+
+    return SeaweedFS.start(volume_size_mb=volume_mb)
+
+
 class Seaweed:
-    """A SeaweedFS server for a benchmark run (the test suite's launcher, reused)."""
+    """A SeaweedFS server for a benchmark run (start_seaweed's, with a client and its keys)."""
 
     def __init__(self, workdir: Path) -> None:
-        from tests.support.seaweed import SeaweedFS
-
         del workdir  # SeaweedFS makes and removes its own directory
-        self.server = SeaweedFS.start()
+        self.server = start_seaweed()
         self.endpoint = self.server.endpoint
         self.access_key, self.secret_key = self.server.access_key, self.server.secret_key
 

@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from common import add_setting_option, best_of, free_port, markdown, settings_of
+from common import add_setting_option, best_of, free_port, markdown, settings_of, start_seaweed
 from fetch_support import (
     CHUNK_BYTES,
     MIB,
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         tmp = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tsp-cpu-")))
-        weed = SeaweedFS.start()
+        weed = start_seaweed()
         stack.callback(weed.stop)
         system = TsproxySystem(weed, "cpu-tsproxy", tmp / "tsproxy", settings=settings)
         stack.callback(system.stop)

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import add_setting_option, markdown, settings_of
+from common import SEAWEED_VOLUME_MB, add_setting_option, markdown, settings_of, start_seaweed
 from fetch_support import (
     CLIENTS,
     MIB,
@@ -52,7 +52,6 @@ from fetch_support import (
     SYSTEMS,
     DirectSystem,
     RcloneSystem,
-    SeaweedFS,
     System,
     TsproxySystem,
     build_segment,
@@ -120,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         help="who sends the scenarios' requests: LeanS3 (default) or boto3, as applications do",
     )
     add_setting_option(ap, "prefetch=32MiB")
+    ap.add_argument(
+        "--seaweed-volume-mb",
+        type=int,
+        default=SEAWEED_VOLUME_MB,
+        help=f"SeaweedFS's volume size in MB (default {SEAWEED_VOLUME_MB}; the test suite's 16 shows its "
+        "waits for new volumes)",
+    )
     ap.add_argument("--json", help="write the rows here as a JSON list")
     ap.add_argument(
         "--workdir",
@@ -150,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         tmp = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tsp-fetch-")))
-        weed = SeaweedFS.start()
+        weed = start_seaweed(args.seaweed_volume_mb)
         try:
             factories: dict[str, Any] = {
                 "tsproxy": lambda: TsproxySystem(

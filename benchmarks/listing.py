@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import ROOT
+from common import ROOT, start_seaweed
 from fetch_support import DirectSystem, LeanS3, TsproxySystem, boto3_client, lean_client
 
 sys.path.insert(0, str(ROOT))
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tsp-list-") as tmp:
-        weed = SeaweedFS.start()
+        weed = start_seaweed()
         try:
             for count in counts:
                 print(f"{count} objects:", file=sys.stderr)

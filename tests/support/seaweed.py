@@ -61,6 +61,8 @@ from tests.support.ports import HOST, free_port, free_ports_with_offset, is_free
 REGION = "us-east-1"
 GRPC_OFFSET = 10000
 START_TIMEOUT = 90.0
+# Small volumes keep a test's disk use small; a volume that fills makes the master grow new ones.
+VOLUME_SIZE_MB = 16
 STOP_GRACE = 3.0
 _METRIC = re.compile(r"^SeaweedFS_s3_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -123,7 +125,11 @@ class SeaweedFS:
 
     @classmethod
     def start(
-        cls, base_dir: Path | None = None, timeout: float = START_TIMEOUT, attempts: int = 3
+        cls,
+        base_dir: Path | None = None,
+        timeout: float = START_TIMEOUT,
+        attempts: int = 3,
+        volume_size_mb: int = VOLUME_SIZE_MB,
     ) -> SeaweedFS:
         """Start `weed server` on free loopback ports and wait until S3 works.
 
@@ -135,7 +141,7 @@ class SeaweedFS:
             owned = base_dir is None
             root = Path(tempfile.mkdtemp(prefix="tsp-weed-")) if base_dir is None else Path(base_dir)
             root.mkdir(parents=True, exist_ok=True)
-            weed = cls._launch(root, owned)
+            weed = cls._launch(root, owned, volume_size_mb)
             try:
                 weed._wait_ready(timeout)
                 return weed
@@ -148,7 +154,7 @@ class SeaweedFS:
         raise RuntimeError(failure)
 
     @classmethod
-    def _launch(cls, root: Path, owned: bool) -> SeaweedFS:
+    def _launch(cls, root: Path, owned: bool, volume_size_mb: int) -> SeaweedFS:
         master, volume, filer, s3 = free_ports_with_offset(4, GRPC_OFFSET)
         metrics = free_port()
         while metrics in (master, volume, filer, s3) or any(
@@ -184,7 +190,7 @@ class SeaweedFS:
             "-s3", f"-s3.port={s3}", f"-s3.config={config}", f"-s3.localSocket={root / 's3.sock'}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
             "-s3.allowDeleteBucketNotEmpty=false", "-s3.autoCreateBucket=false",
-            "-volume.max=0", "-master.volumeSizeLimitMB=16", "-volume.preStopSeconds=0",
+            "-volume.max=0", f"-master.volumeSizeLimitMB={volume_size_mb}", "-volume.preStopSeconds=0",
             "-master.telemetry=false",
             f"-metricsIp={HOST}", f"-metricsPort={metrics}",
         ]  # fmt: skip
