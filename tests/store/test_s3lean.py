@@ -175,6 +175,45 @@ def test_a_part_sent_as_it_is_produced_is_checked_by_its_etag(seaweed: Any) -> N
     asyncio.run(run())
 
 
+def test_a_gathered_part_goes_lean_with_its_content_md5(
+    seaweed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part in hand (a compressed part, sealed whole) goes through the lean client, not botocore (which
+    would hash its payload on the event loop), with its Content-MD5: the store checks it, so a wrong
+    digest is refused and nothing is kept. Without the lean client, botocore sends it the same way."""
+    bucket = f"lean-{uuid.uuid4().hex[:10]}"
+    seaweed.boto3_client().create_bucket(Bucket=bucket)
+    data = os.urandom(6 << 20)
+    digest = hashlib.md5(data).digest()
+    wrong = hashlib.md5(b"something else").digest()
+
+    async def run(lean: bool) -> None:
+        backend = S3Backend(**seaweed.backend_options(), lean_gets=lean)
+        await backend.start()
+        try:
+            if lean:
+
+                async def botocore_upload_part(**_: Any) -> Any:
+                    raise AssertionError("a gathered part went through botocore")
+
+                monkeypatch.setattr(backend.client, "upload_part", botocore_upload_part)
+            upload = await backend.create_multipart(bucket, f"seg-{lean}")
+            assert await backend.upload_part(bucket, f"seg-{lean}", upload, 1, data, content_md5=digest) == (
+                digest.hex()
+            )
+            with pytest.raises(errors.BadDigest):
+                await backend.upload_part(bucket, f"seg-{lean}", upload, 2, data, content_md5=wrong)
+            listed = await backend.list_parts(bucket, f"seg-{lean}", upload)
+            assert [no for no, _ in listed] == [1], listed
+            await backend.abort_multipart(bucket, f"seg-{lean}", upload)
+        finally:
+            await backend.close()
+
+    asyncio.run(run(lean=True))
+    monkeypatch.undo()
+    asyncio.run(run(lean=False))
+
+
 def test_a_part_whose_connection_is_lost_while_sending_is_sent_again_whole(seaweed: Any) -> None:
     """The store's connection lost half way through a part sent as it is produced: the part's producer
     is not cut off with it (its end is what gives the digest), the rest of the part is still taken from

@@ -162,7 +162,8 @@ class S3Client:
     ) -> None:
         """`endpoint` None means AWS S3 itself; credentials None means the standard AWS chain.
 
-        lean_gets: GetObject is signed and sent without botocore (see s3lean); False keeps it on botocore.
+        lean_gets: GetObject and UploadPart are signed and sent without botocore (see s3lean); False keeps
+        them on botocore.
         """
         if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
             raise ValueError(f"part_size must be between {MIN_PART_SIZE} and {MAX_PART_SIZE} bytes")

@@ -253,18 +253,34 @@ class LeanRequests:
         upload_id: str,
         part_no: int,
         size: int,
-        body: AsyncIterable[bytes | memoryview],
+        body: AsyncIterable[bytes | memoryview] | bytes | bytearray,
+        content_md5: str | None = None,
     ) -> str:
-        """One UploadPart whose body is sent as it is produced (Content-Length `size`, unsigned payload):
-        the part's ETag as the store answers it. A body that ends short or long, or fails, cuts the
-        request off before it is whole, so the store keeps nothing of it.
+        """One UploadPart (Content-Length `size`, unsigned payload): the part's ETag as the store answers
+        it.
 
-        There is no Content-MD5 (the bytes are not all known when the request starts): the caller checks
-        the ETag the store answers against the MD5 of what it sent (s3multipart).
+        A body in hand goes with its Content-MD5 (base64), which the store checks. A streamed body is
+        sent as it is produced, without one (its bytes are not all known when the request starts): the
+        caller checks the ETag the store answers against the MD5 of what it sent (s3multipart). A
+        streamed body that ends short or long, or fails, cuts the request off before it is whole, so the
+        store keeps nothing of it.
         """
         params = {"partNumber": str(part_no), "uploadId": upload_id}
-        url, headers = await self._signed("PUT", bucket, key, params, {"content-length": str(size)})
+        extra = {"content-length": str(size)}
+        if content_md5 is not None:
+            extra["content-md5"] = content_md5
+        url, headers = await self._signed("PUT", bucket, key, params, extra)
         assert self._session is not None
+        if isinstance(body, bytes | bytearray):
+            if len(body) != size:
+                raise ValueError(f"part body of {len(body)} bytes, not {size}")
+            async with self._session.put(
+                url, headers=headers, data=body, allow_redirects=False, **self._proxy(url)
+            ) as response:
+                if response.status != 200:
+                    raise await _client_error(response, "UploadPart")
+                await response.read()
+                return response.headers.get("ETag", "")
 
         async def exactly() -> AsyncIterator[bytes | memoryview]:
             sent = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -98,6 +99,17 @@ class S3Multipart(S3Client):
                     raise errors.EntityTooLarge()
         if size is not None and len(data) != size:
             raise errors.IncompleteBody()
+        md5 = await self._md5(data, content_md5() if callable(content_md5) else content_md5)
+        if self.lean is not None:
+            # Signed without hashing the payload (botocore hashes it on the event loop over plain HTTP:
+            # about 3 ms a 6 MiB part), checked by the store against its Content-MD5.
+            lean = functools.partial(
+                self.lean.upload_part, bucket, key, upload_id, part_no, len(data), data, md5
+            )
+            with self._call("UploadPart") as call:
+                etag = await self._attempts(call, lean, not_found=errors.NoSuchUpload, UploadId=upload_id)
+                call.bytes_out += len(data)
+            return unquote_etag(etag)
         params: dict[str, Any] = {
             "Bucket": bucket,
             "Key": key,
@@ -105,7 +117,6 @@ class S3Multipart(S3Client):
             "PartNumber": part_no,
             "Body": data,
         }
-        md5 = await self._md5(data, content_md5() if callable(content_md5) else content_md5)
         if md5:
             params["ContentMD5"] = md5
         response = await self._request(
