@@ -178,9 +178,9 @@ def test_a_part_sent_as_it_is_produced_is_checked_by_its_etag(seaweed: Any) -> N
 def test_a_gathered_part_goes_lean_with_its_content_md5(
     seaweed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A part in hand (a compressed part, sealed whole) goes through the lean client, not botocore (which
-    would hash its payload on the event loop), with its Content-MD5: the store checks it, so a wrong
-    digest is refused and nothing is kept. Without the lean client, botocore sends it the same way."""
+    """A part in hand (a compressed part, sealed whole) goes through the lean client, not botocore, with
+    its Content-MD5: the store checks it, so a wrong digest is refused and nothing is kept. Without the
+    lean client, botocore sends it the same way."""
     bucket = f"lean-{uuid.uuid4().hex[:10]}"
     seaweed.boto3_client().create_bucket(Bucket=bucket)
     data = os.urandom(6 << 20)
