@@ -22,9 +22,11 @@ Proxies: HTTP_PROXY, HTTPS_PROXY and NO_PROXY apply as they do to botocore, work
 (aiohttp's `trust_env` would read the environment again at every request, and look for a `~/.netrc` in
 a thread of the default executor: a thread hop before each cold read's GET).
 
-UploadPart is here for one case botocore cannot serve: a body sent while it is still being produced,
-with its length known in advance (an uncompressed part, see s3multipart). Everything else (listings,
-PUTs, other uploads, HEADs, buckets) stays on botocore.
+UploadPart is here first for one case botocore cannot serve: a body sent while it is still being
+produced, with its length known in advance (an uncompressed part, see s3multipart). A part in hand (a
+compressed part, sealed whole) goes the same way with its Content-MD5, sparing botocore's handling of
+a large body on the event loop. Everything else (listings, PUTs, HEADs, buckets, the multipart
+upload's creation and completion) stays on botocore.
 """
 
 from __future__ import annotations
