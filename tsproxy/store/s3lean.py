@@ -273,20 +273,10 @@ class LeanRequests:
             extra["content-md5"] = content_md5
         url, headers = await self._signed("PUT", bucket, key, params, extra)
         assert self._session is not None
-        if isinstance(body, bytes | bytearray):
-            if len(body) != size:
-                raise ValueError(f"part body of {len(body)} bytes, not {size}")
-            async with self._session.put(
-                url, headers=headers, data=body, allow_redirects=False, **self._proxy(url)
-            ) as response:
-                if response.status != 200:
-                    raise await _client_error(response, "UploadPart")
-                await response.read()
-                return response.headers.get("ETag", "")
 
-        async def exactly() -> AsyncIterator[bytes | memoryview]:
+        async def exactly(pieces: AsyncIterable[bytes | memoryview]) -> AsyncIterator[bytes | memoryview]:
             sent = 0
-            async for piece in body:
+            async for piece in pieces:
                 sent += len(piece)
                 if sent > size:
                     raise ValueError(f"part body longer than its {size} bytes")
@@ -294,8 +284,15 @@ class LeanRequests:
             if sent != size:
                 raise ValueError(f"part body ended at {sent} of its {size} bytes")
 
+        data: bytes | bytearray | AsyncIterator[bytes | memoryview]
+        if isinstance(body, bytes | bytearray):
+            if len(body) != size:
+                raise ValueError(f"part body of {len(body)} bytes, not {size}")
+            data = body
+        else:
+            data = exactly(body)
         async with self._session.put(
-            url, headers=headers, data=exactly(), allow_redirects=False, **self._proxy(url)
+            url, headers=headers, data=data, allow_redirects=False, **self._proxy(url)
         ) as response:
             if response.status != 200:
                 raise await _client_error(response, "UploadPart")
