@@ -124,8 +124,8 @@ class ListingOps(ReadOps):
             token=token,
             max_keys=max_keys,
         )
+        shown = _shown(page, len(root.key))
         for _ in range(MAX_REFILLS):
-            shown = _shown(page, len(root.key))
             if not page.is_truncated or shown >= max_keys:
                 break
             last = _horizon(page, len(root.key)) or ""
@@ -138,6 +138,7 @@ class ListingOps(ReadOps):
                 token=None if past_reserved else page.next_token,
                 max_keys=max_keys - shown,
             )
+            shown += _shown(more, len(root.key))
             page = ListPage(
                 page.objects + more.objects,
                 page.common_prefixes + more.common_prefixes,
