@@ -8,12 +8,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from tests.server.harness import RunningProxy
 from tsproxy.format import KeyRing
 from tsproxy.store.local import LocalBackend
+
+LISTING_OPERATIONS = ("ListObjectsV2", "GetObject", "HeadObject")
+
+
+def backend_requests(proxy: RunningProxy, operation: str | None = None) -> float:
+    """Backend requests a listing can cause (not the periodic health probes), or of one operation."""
+    total = 0.0
+    for metric in proxy.proxy.metrics.registry.collect():
+        if metric.name != "tsproxy_backend_requests":
+            continue
+        for sample in metric.samples:
+            op = sample.labels.get("operation")
+            if sample.name.endswith("_total") and (
+                op == operation or (operation is None and op in LISTING_OPERATIONS)
+            ):
+                total += sample.value
+    return total
 
 
 def write_straight_to_backend(
@@ -21,14 +37,7 @@ def write_straight_to_backend(
 ) -> None:
     """Objects written into `start_proxy`'s backend past tsproxy, under backend keys as given."""
     if kind == "seaweed":
-        weed = request.getfixturevalue("seaweed")
-        client = boto3.client(
-            "s3",
-            endpoint_url=weed.endpoint,
-            aws_access_key_id=weed.access_key,
-            aws_secret_access_key=weed.secret_key,
-            region_name="us-east-1",
-        )
+        client = request.getfixturevalue("seaweed").boto3_client()
         for key, body in objects.items():
             client.put_object(Bucket=bucket, Key=key, Body=body)
         return

@@ -16,29 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import start_proxy, write_straight_to_backend
+from tests.server.conftest import backend_requests, start_proxy, write_straight_to_backend
 from tests.server.harness import RunningProxy
 from tsproxy.service.namespace import INTERNAL
 
 COUNT = 40
-
-
-LISTING_OPERATIONS = ("ListObjectsV2", "GetObject", "HeadObject")
-
-
-def _backend_requests(proxy: RunningProxy, operation: str | None = None) -> float:
-    """Backend requests a listing can cause (not the periodic health probes), or of one operation."""
-    total = 0.0
-    for metric in proxy.proxy.metrics.registry.collect():
-        if metric.name != "tsproxy_backend_requests":
-            continue
-        for sample in metric.samples:
-            op = sample.labels.get("operation")
-            if sample.name.endswith("_total") and (
-                op == operation or (operation is None and op in LISTING_OPERATIONS)
-            ):
-                total += sample.value
-    return total
 
 
 def _listing(proxy: RunningProxy, bucket: str) -> dict[str, tuple[int, str]]:
@@ -97,11 +79,11 @@ def test_fresh_instance_lists_what_others_wrote_without_a_head_each(
 
     reader = _instance(kind, tmp_path, request, "reader")
     try:
-        before = _backend_requests(reader)
-        heads_before = _backend_requests(reader, "HeadObject")
+        before = backend_requests(reader)
+        heads_before = backend_requests(reader, "HeadObject")
         assert _listing(reader, bucket) == expected
-        requests = _backend_requests(reader) - before
-        heads = _backend_requests(reader, "HeadObject") - heads_before
+        requests = backend_requests(reader) - before
+        heads = backend_requests(reader, "HeadObject") - heads_before
         assert heads == 0, f"{heads} HEADs for objects the catalog describes"
         # List pages (3) plus the catalog's own LIST and GETs and a bucket check: a small constant.
         assert requests <= 12, requests
@@ -180,10 +162,10 @@ def test_a_head_the_catalog_describes_reads_no_tail(
         )  # not flushed
         _listing(reader, bucket)  # loads the catalog
         s3 = reader.client()
-        gets, heads = _backend_requests(reader, "GetObject"), _backend_requests(reader, "HeadObject")
+        gets, heads = backend_requests(reader, "GetObject"), backend_requests(reader, "HeadObject")
         views = {k: s3.head_object(Bucket=bucket, Key=k) for k in ("seg/big.log", "seg/plain.log")}
-        assert _backend_requests(reader, "GetObject") == gets, "a HEAD the catalog describes read a tail"
-        assert _backend_requests(reader, "HeadObject") == heads + 2
+        assert backend_requests(reader, "GetObject") == gets, "a HEAD the catalog describes read a tail"
+        assert backend_requests(reader, "HeadObject") == heads + 2
         big_view = views["seg/big.log"]
         assert big_view["ContentLength"] == len(big)
         assert big_view["ETag"].strip('"') == hashlib.md5(big).hexdigest()
@@ -235,9 +217,9 @@ def test_a_first_head_loads_the_catalog_for_the_next_ones(
         while (index := catalog.cached(bucket)) is None or "seg/1.log" not in index:
             assert time.monotonic() < deadline, "the catalog was not loaded"
             time.sleep(0.02)
-        gets = _backend_requests(reader, "GetObject")
+        gets = backend_requests(reader, "GetObject")
         assert s3.head_object(Bucket=bucket, Key="seg/1.log")["ContentLength"] == 100_000
         assert s3.head_object(Bucket=bucket, Key="seg/2.log")["ContentLength"] == 100_000
-        assert _backend_requests(reader, "GetObject") == gets
+        assert backend_requests(reader, "GetObject") == gets
     finally:
         reader.stop()

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import start_proxy, write_straight_to_backend
-from tests.server.test_listing_catalog import _backend_requests
+from tests.server.conftest import backend_requests, start_proxy, write_straight_to_backend
 from tsproxy.service.namespace import INTERNAL
 
 KEYS = ["-early", "k0", "k1", "k2", "k3", "k4"]
@@ -66,9 +65,9 @@ def test_pages_are_full_across_internal_state(
         # Without the escaped key the page crosses the reserved range: one more request skips all of it
         # (the escaped area's own listing is one more).
         s3.delete_object(Bucket=bucket, Key=".tsproxy/escaped-by-tsproxy")
-        before = _backend_requests(proxy, "ListObjectsV2")
+        before = backend_requests(proxy, "ListObjectsV2")
         page = s3.list_objects_v2(Bucket=bucket, MaxKeys=2)
-        lists = _backend_requests(proxy, "ListObjectsV2") - before
+        lists = backend_requests(proxy, "ListObjectsV2") - before
         assert [o["Key"] for o in page["Contents"]] == ["-early", "k0"] and page["IsTruncated"]
         assert lists <= 4, f"{lists} backend listings for one page"
 
