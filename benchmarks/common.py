@@ -90,14 +90,13 @@ def median(values: Sequence[float]) -> float:
 
 
 # SeaweedFS's volume size in the benchmarks. The test suite's 16 MB volumes fill every few dozen MiB
-# written, and a write that finds no writable volume waits about a second while the master grows new
-# ones. Writing 256 MiB straight into SeaweedFS (`fetch.py --systems direct --seaweed-volume-mb 16`, two
-# runs) then went at 102-148 MiB/s one part at a time, 119-230 with four in flight and 126-190 in 64 MiB
-# PutObjects, with a p99 near a second; with 1 GiB volumes at 179-182, 214-217 and 221-233, p99 under half
-# a second, and with 256 MB volumes the same (185-192, 223-225, 229-230). tsproxy writes a quarter of the
-# bytes, so it met those waits four times less often: its upload ratios were flattered. An object store
-# does not stop like that. 256 MB rather than more: SeaweedFS sizes its volume count by the free disk over
-# the volume size, and grows several volumes for each new bucket.
+# written, and SeaweedFS's master then grows new ones. Writing 256 MiB straight into SeaweedFS with them
+# (`fetch.py --systems direct --seaweed-volume-mb 16`, two runs) went at 102-148 MiB/s one part at a time,
+# 119-230 with four in flight and 126-190 in 64 MiB PutObjects, with a p99 near a second; with 1 GiB
+# volumes at 179-182, 214-217 and 221-233, and with 256 MB volumes at 185-192, 223-225 and 229-230, p99 at
+# most 0.6 s with either. tsproxy writes a quarter of the bytes, so it fills volumes four times less
+# often: its upload ratios were flattered. 256 MB rather than more: SeaweedFS sizes its volume count by
+# the free disk over the volume size, and grows several volumes for each new bucket.
 SEAWEED_VOLUME_MB = 256
 
 
