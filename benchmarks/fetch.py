@@ -26,9 +26,16 @@ Backend figures are SeaweedFS' own counters for the system's bucket: GET request
 there) per MiB the client read, and body bytes SeaweedFS sent (received, for the upload) per client byte.
 The machine's load average is printed with the table: other processes move every figure.
 
+On a small machine one run's ratios move by a tenth or more from run to run. `--rounds N` runs every
+system's scenarios N times, the systems taking turns (in reverse order every other round) so that a
+quieter or busier spell of the machine falls on both: the table then shows each figure's median over
+the rounds, the ratio to direct as the median of each round's ratio (tsproxy's figure over that round's
+direct one) with their range, and the goals are checked on those medians. `--json` writes every round's
+rows, each with its `round`.
+
     .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
         [--scenarios chunks,random] [--chunk-size 1MiB] [--client lean|boto3]
-        [--setting prefetch=32MiB --setting memory_cache_size=64MiB]
+        [--setting prefetch=32MiB --setting memory_cache_size=64MiB] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +60,9 @@ from fetch_support import (
     SCENARIOS,
     SYSTEMS,
     DirectSystem,
+    Goal,
     RcloneSystem,
+    Segment,
     System,
     TsproxySystem,
     build_segment,
@@ -126,7 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"SeaweedFS's volume size in MB (default {SEAWEED_VOLUME_MB}; the test suite's 16 shows its "
         "waits for new volumes)",
     )
-    ap.add_argument("--json", help="write the rows here as a JSON list")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the systems' scenarios this many times, the systems taking turns; the table shows each "
+        "figure's median, the goals the median of each round's ratio (default 1)",
+    )
+    ap.add_argument("--json", help="write the rows here as a JSON list (every round's)")
     ap.add_argument(
         "--workdir",
         type=Path,
@@ -135,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.size < 2:
         ap.error("--size must be at least 2 (MiB)")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     settings = settings_of(ap, args)
     random_count = args.random_reads or max(8, args.size // 2)
 
@@ -148,57 +168,109 @@ def main(argv: list[str] | None = None) -> int:
         f"(built in {time.perf_counter() - started_at:.0f}s)",
         file=sys.stderr,
     )
-    rows: list[dict[str, Any]] = []
-
-    def report(row: dict[str, Any]) -> None:
-        rows.append(row)
-        print(f"  {row['system']:8} {row['scenario']:17} {row['mib_s']:9.1f} MiB/s", file=sys.stderr)
-
     with contextlib.ExitStack() as stack:
         tmp = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tsp-fetch-")))
         weed = start_seaweed(args.seaweed_volume_mb)
-        try:
-            factories: dict[str, Any] = {
-                "tsproxy": lambda: TsproxySystem(
-                    weed, "fetch-tsproxy", tmp / "tsproxy", args.chunk_size, settings=settings
-                ),
-                "direct": lambda: DirectSystem(weed, "fetch-direct"),
-                "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone"),
-            }
-            for name in args.systems:
-                print(f"{name}:", file=sys.stderr)
-                system: System
-                with started(factories[name]) as system:
-                    run_system(
-                        system, weed, segment, SEGMENT_KEY, random_count, report, args.scenarios, args.client
-                    )
-        finally:
-            weed.stop()
+        stack.callback(weed.stop)
+        factories: dict[str, Callable[[], System]] = {
+            "tsproxy": lambda: TsproxySystem(
+                weed, "fetch-tsproxy", tmp / "tsproxy", args.chunk_size, settings=settings
+            ),
+            "direct": lambda: DirectSystem(weed, "fetch-direct"),
+            "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone"),
+        }
+        rows = run_rounds(stack, factories, args, weed, segment, random_count)
 
     load_after = os.getloadavg()[0]
+    table = rows if args.rounds == 1 else summarize(rows)
     order = {s: i for i, s in enumerate(SCENARIOS)}
-    rows.sort(key=lambda r: (order[r["scenario"]], SYSTEMS.index(r["system"])))
+    table.sort(key=lambda r: (order[r["scenario"]], SYSTEMS.index(r["system"])))
+    rounds = "" if args.rounds == 1 else f", median of {args.rounds} rounds"
     print(
         f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment ({args.producer_codec} batches), "
         f"{random_count} random fetches, "
         f"{args.client} client ({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, "
-        f"{load_after:.1f} after)\n"
+        f"{load_after:.1f} after){rounds}\n"
     )
     if settings:
         print("tsproxy settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()) + "\n")
-    direct = {r["scenario"]: r["mib_s"] for r in rows if r["system"] == "direct"}
-    for r in rows:
-        r["vs_direct"] = r["mib_s"] / direct[r["scenario"]] if direct.get(r["scenario"]) else None
-    print(markdown(rows, COLUMNS))
-    print("\nGoals:")
-    for goal in check_goals(rows):
-        print("  " + goal.line())
+    print(markdown(table, COLUMNS if args.rounds == 1 else (*COLUMNS[:4], "vs_direct_range", *COLUMNS[4:])))
+    over = "" if args.rounds == 1 else f" (the median of {args.rounds} rounds' figures, [their range])"
+    print(f"\nGoals{over}:")
+    for line in goal_lines(rows, args.rounds):
+        print("  " + line)
     if args.json:
         clean = [
             {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows
         ]
         Path(args.json).write_text(json.dumps(clean, indent=2) + "\n")
     return 0
+
+
+def run_rounds(
+    stack: contextlib.ExitStack,
+    factories: dict[str, Callable[[], System]],
+    args: argparse.Namespace,
+    weed: Any,
+    segment: Segment,
+    random_count: int,
+) -> list[dict[str, Any]]:
+    """Every round's rows, each with its round number and its ratio to that round's direct row. The
+    systems start once (stopped with `stack`) and take turns, in reverse order every other round, so
+    that neither always goes first."""
+    rows: list[dict[str, Any]] = []
+    systems: dict[str, System] = {}
+    for round_no in range(1, args.rounds + 1):
+        for name in args.systems if round_no % 2 else args.systems[::-1]:
+            if name not in systems:
+                systems[name] = stack.enter_context(started(factories[name]))
+            print(f"{name}" + (f", round {round_no}:" if args.rounds > 1 else ":"), file=sys.stderr)
+
+            def report(row: dict[str, Any], round_no: int = round_no) -> None:
+                rows.append({**row, "round": round_no})
+                print(f"  {row['system']:8} {row['scenario']:17} {row['mib_s']:9.1f} MiB/s", file=sys.stderr)
+
+            kind = args.client
+            run_system(systems[name], weed, segment, SEGMENT_KEY, random_count, report, args.scenarios, kind)
+    direct = {(r["scenario"], r["round"]): r["mib_s"] for r in rows if r["system"] == "direct"}
+    for r in rows:
+        theirs = direct.get((r["scenario"], r["round"]))
+        r["vs_direct"] = r["mib_s"] / theirs if theirs else None
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per system and scenario: the median of each figure over the rounds, the range of the
+    ratio to direct (each round's tsproxy against that round's direct)."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["system"], r["scenario"]), []).append(r)
+    out = []
+    for (system, scenario), group in by.items():
+        row: dict[str, Any] = {"system": system, "scenario": scenario, "round": "median"}
+        for column in COLUMNS[2:]:
+            values = [float(r[column]) for r in group if isinstance(r.get(column), int | float)]
+            values = [v for v in values if not math.isnan(v)]
+            row[column] = statistics.median(values) if values else None
+        ratios = [r["vs_direct"] for r in group if r.get("vs_direct") is not None]
+        if ratios and system != "direct":
+            row["vs_direct_range"] = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        out.append(row)
+    return out
+
+
+def goal_lines(rows: list[dict[str, Any]], rounds: int) -> list[str]:
+    """The goals' verdicts: of the one round, or of the median of each goal's figure over the rounds."""
+    per_round = [check_goals([r for r in rows if r["round"] == n]) for n in range(1, rounds + 1)]
+    lines = []
+    for goals in zip(*per_round, strict=True):
+        values = [g.value for g in goals if g.value is not None and not math.isnan(g.value)]
+        if rounds == 1 or not values:
+            lines.append(goals[0].line())
+            continue
+        median = Goal(goals[0].name, statistics.median(values), goals[0].limit, goals[0].at_most)
+        lines.append(f"{median.line()} [{min(values):.3f}-{max(values):.3f}]")
+    return lines
 
 
 if __name__ == "__main__":

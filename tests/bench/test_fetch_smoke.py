@@ -22,6 +22,7 @@ FIELDS = {
     "backend_gets_per_mib",
     "backend_bytes_ratio",
     "backend_requests",
+    "round",
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.seaweed]
@@ -78,3 +79,25 @@ def test_fetch_benchmark_runs_its_scenarios_with_boto3(tmp_path: Path) -> None:
     )
     assert len(rows) == 8 and all(_finite(r["mib_s"]) > 0 for r in rows)
     assert "boto3 client" in printed
+
+
+def test_fetch_benchmark_in_rounds_shows_medians_and_ranges(tmp_path: Path) -> None:
+    args = ["--size", "4", "--systems", "tsproxy,direct", "--scenarios", "chunks,random", "--rounds", "3"]
+    rows, printed = run_benchmark("fetch.py", args, tmp_path, 480)
+    assert sorted((r["system"], r["scenario"], r["round"]) for r in rows) == sorted(
+        (s, sc, n) for s in ("tsproxy", "direct") for sc in READ_SCENARIOS[2:] for n in (1, 2, 3)
+    )
+    by = {(r["system"], r["scenario"], r["round"]): r for r in rows}
+    ratios = []
+    for n in (1, 2, 3):
+        mine, direct = by[("tsproxy", "random 1MiB cold", n)], by[("direct", "random 1MiB cold", n)]
+        # each round's ratio is against that round's direct figure
+        assert mine["vs_direct"] == pytest.approx(mine["mib_s"] / direct["mib_s"])
+        ratios.append(mine["vs_direct"])
+    assert "median of 3 rounds" in printed
+    line = next(x for x in printed.splitlines() if x.startswith("| tsproxy | random 1MiB cold |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert float(cells[3]) == pytest.approx(sorted(ratios)[1], abs=0.001)
+    assert cells[4] == f"{min(ratios):.2f}-{max(ratios):.2f}"
+    goal = next(x for x in printed.splitlines() if "random 1MiB cold MiB/s, tsproxy / direct" in x)
+    assert f"{sorted(ratios)[1]:.3f}" in goal and f"[{min(ratios):.3f}-{max(ratios):.3f}]" in goal
