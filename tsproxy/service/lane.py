@@ -1,10 +1,10 @@
 """A lane: functions run one after another, in order, on the CPU pool, never two at once.
 
 The store path seals a segment's chunks on several threads at once, in whatever order they finish;
-what must see the bytes in order (the payload's MD5, the record of each stored chunk and the MD5 of the
-stored bytes) goes down a lane beside them. Submitting waits only for room in the lane (a bound on the
-functions, and so on the bytes, waiting in it); the caller awaits the results it needs. The first
-failure fails every function submitted after it.
+what must see the bytes in order goes down a lane beside them: the payload's MD5 down one, the record of
+each stored chunk and the MD5 of the stored bytes down another (two lanes run at once). Submitting
+waits only for room in the lane (a bound on the functions, and so on the bytes, waiting in it); the
+caller awaits the results it needs. The first failure fails every function submitted after it.
 """
 
 from __future__ import annotations

@@ -82,10 +82,10 @@ class WriteOps(ReadOps):
         The stages overlap, on the event loop and the CPU pool's threads: a task receives the payload
         into batches of whole chunks ahead of the transform (at most BATCHES_AHEAD wait); each batch's
         chunks are cut in order and sealed (zstd, AES-GCM), up to SEALS_AHEAD at once on any thread;
-        beside them a lane, one thread at a time, hashes the payload batch by batch and records the
-        sealed chunks in order (their sizes, the MD5 of the stored bytes); the chunks go to the consumer
-        in order as soon as they are sealed, whose sending (however slow) holds back only what was
-        already received. The first error of any stage (a failed body check, a client gone, a transform
+        beside them one lane hashes the payload batch by batch and another records the sealed chunks in
+        order (their sizes, the MD5 of the stored bytes), each one thread at a time; the chunks go to the
+        consumer in order as soon as they are sealed, whose sending (however slow) holds back only what
+        was already received. The first error of any stage (a failed body check, a client gone, a transform
         error) ends the stream with that error.
         """
         md5 = hashlib.md5(usedforsecurity=False)
@@ -136,7 +136,7 @@ class WriteOps(ReadOps):
                     chunk = await sealed()
                     stored += len(chunk)
                     yield chunk
-            for cut in encoder.cut_last():  # sealed while the lane finishes the payload's MD5
+            for cut in encoder.cut_last():  # sealed while the payload's MD5 is finished
                 seal(cut)
             digest = await (await hashing.submit(md5.digest))
             if expected_md5 is not None and digest != expected_md5:
