@@ -203,10 +203,10 @@ class _DirectWrites:
 
     Why: a chunk cache is written once per chunk and read back through the memory tier, so the page
     cache's copy of a buffered write is mostly work no reader uses, and takes page cache from the broker's
-    log beside it. On the project's machine a buffered write cost the writer thread about 1.2 CPU seconds
-    a GiB written, this one 0.3 (cold chunk reads of a producer-compressed segment, whose chunks are
-    stored uncompressed: tsproxy's CPU 2.4-2.5 s/GiB buffered, 1.2-1.3 direct); for Kafka chunks that
-    compress to a quarter the two measure alike. It is the default (`cache_direct_io`).
+    log beside it. On the project's machine, for cold reads of a producer-compressed segment (its chunks
+    stored uncompressed), tsproxy's CPU was 2.6-3.0 s/GiB with buffered writes and 1.8 with these
+    (benchmarks/cpu.py --producer-codec zstd); for Kafka chunks that compress to a quarter the two
+    measure alike. It is the default (`cache_direct_io`).
     The write waits for the device, which only the cache's own writer thread does. Thread-safe (one
     buffer, one lock).
     """
