@@ -36,7 +36,7 @@ ALLOW_INSECURE_KEY_RING = False  # refuse a key ring file that group or others m
 # Reading and caching.
 CACHE_DIR = "./tsproxy-cache"
 CACHE_SIZE = 1 << 30
-CACHE_DIRECT_IO = True  # entry files written with O_DIRECT where the file system allows it (else buffered)
+CACHE_DIRECT_IO = False  # opt-in: entry files written with O_DIRECT where the file system allows it
 CACHE_ENCRYPT = True  # no effect (kept for old configs): cached chunks are stored bytes, sealed as stored
 MEMORY_CACHE_SIZE = 32 << 20
 MALLOC_MMAP_THRESHOLD = 8 << 20  # see tsproxy/memory.py; 0: glibc's own (moving) threshold

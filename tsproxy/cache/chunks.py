@@ -205,8 +205,10 @@ class _DirectWrites:
     cache's copy of a buffered write is mostly work no reader uses, and takes page cache from the broker's
     log beside it. On the project's machine, for cold reads of a producer-compressed segment (its chunks
     stored uncompressed), tsproxy's CPU was 2.6-3.0 s/GiB with buffered writes and 1.8 with these
-    (benchmarks/cpu.py --producer-codec zstd); for Kafka chunks that compress to a quarter the two
-    measure alike. It is the default (`cache_direct_io`).
+    (benchmarks/cpu.py --producer-codec zstd). But a chunk read again soon after it was cached then
+    comes from the device, not the page cache: random 1 MiB reads of uncompressed batches, which come
+    back to such chunks, measured 0.71x direct against 0.83x buffered (benchmarks/fetch.py --rounds 5).
+    So it is opt-in (`cache_direct_io`).
     The write waits for the device, which only the cache's own writer thread does. Thread-safe (one
     buffer, one lock).
     """
