@@ -1,6 +1,7 @@
 """The store path of the object service over each backend: chunks sealed on several threads come out in
-order, the MD5 the transform gives the backend is the MD5 of what the backend got, and a failure at any
-point (a seal, the client's Content-MD5, the client itself) stores nothing."""
+order, the MD5 the transform gives the backend is the MD5 of what the backend got, the payload and the
+stored bytes are hashed at once, and a failure at any point (a seal, the client's Content-MD5, the client
+itself) stores nothing."""
 
 from __future__ import annotations
 
@@ -230,3 +231,49 @@ async def assert_only_the_old_version(
     assert listed == ["k"]
     assert decode_object(await stored_bytes(backend, bucket, "k"), ring) == b"the version before"
     assert await multipart_of(backend).list_multipart_uploads(bucket) == []
+
+
+class _MeetsOnFirstUpdate:
+    """An MD5 whose first update waits (up to 10 s) for another's first update to be under way too."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        self._barrier = barrier
+        self._inner = hashlib.md5(usedforsecurity=False)
+        self._met = False
+
+    def update(self, data: Any) -> None:
+        if not self._met:
+            self._met = True
+            self._barrier.wait(timeout=10)  # BrokenBarrierError when the other never comes
+        self._inner.update(data)
+
+    def digest(self) -> bytes:
+        return self._inner.digest()
+
+
+async def test_the_payload_and_the_stored_bytes_are_hashed_at_once(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The payload's MD5 (the ETag) and the stored bytes' MD5 (the backend's Content-MD5) go down two
+    lanes: the first update of each waits for the other's, which only two lanes on two threads allow."""
+    import types
+
+    from tsproxy.service import writes
+
+    barrier = threading.Barrier(2)
+    made: list[_MeetsOnFirstUpdate] = []
+
+    def md5(*_args: Any, **_kwargs: Any) -> _MeetsOnFirstUpdate:
+        made.append(_MeetsOnFirstUpdate(barrier))
+        return made[-1]
+
+    monkeypatch.setattr(writes, "hashlib", types.SimpleNamespace(md5=md5))
+    recording = Recording(backend)
+    svc = service(recording, ring, pool)  # type: ignore[arg-type]
+    data = os.urandom(9 * MIB + 5)
+    stored = await put(svc, bucket, "k", data)
+    assert len(made) == 2 and not barrier.broken
+    assert stored.manifest.etag == hashlib.md5(data).hexdigest()
+    [(_, body, content_md5)] = recording.sent
+    assert content_md5 == hashlib.md5(body).digest()
+    assert decode_object(await stored_bytes(backend, bucket, "k"), ring) == data
