@@ -51,11 +51,19 @@ test: install-test lint typecheck
 unit: install-test
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-# Each benchmark prints a table; add --json PATH to keep the figures.
+# Each benchmark prints a table; add --json PATH to keep the figures. The broker's path runs in five
+# rounds per client (README: one run's ratios move by a tenth or more on a small machine).
 bench: install-test
 	$(PY) benchmarks/transform.py
+	$(PY) benchmarks/frames.py
 	$(PY) benchmarks/proxy.py
+	$(PY) benchmarks/fetch.py --systems tsproxy,direct --rounds 5
+	$(PY) benchmarks/fetch.py --systems tsproxy,direct --rounds 5 --client boto3
+	$(PY) benchmarks/fetch.py --systems tsproxy,direct --rounds 3 --producer-codec zstd
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/fetch.py
+	$(PY) benchmarks/cpu.py
+	$(PY) benchmarks/cpu.py --client-checks none --producer-codec zstd
+	$(PY) benchmarks/listing.py
 	$(PY) benchmarks/http_floor.py
 	$(PY) benchmarks/spark_export.py
 	$(PY) benchmarks/jobs.py
