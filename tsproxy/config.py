@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tsproxy import defaults
 from tsproxy.errors import ConfigError
@@ -105,6 +105,16 @@ def parse_bool(value: Any) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{value!r} is not a boolean (true/false)")
+
+
+def parse_direct_io(value: Any) -> bool | Literal["auto"]:
+    """`cache_direct_io`: auto, or a boolean."""
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        return parse_bool(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not auto, true or false") from None
 
 
 def show_size(size: int) -> str:
@@ -256,7 +266,7 @@ class CacheSettings:
     directory: Path | None
     size: int
     encrypt: bool
-    direct_io: bool
+    direct_io: bool | Literal["auto"]
     memory_bytes: int
     prefetch_bytes: int
 
@@ -309,8 +319,11 @@ class Config:
     cache_dir: Path | None = field(default=Path(defaults.CACHE_DIR), metadata=parsed_by(_parse_optional_path))
     cache_size: int = field(default=defaults.CACHE_SIZE, metadata=parsed_by(parse_size))
     cache_encrypt: bool = field(default=defaults.CACHE_ENCRYPT, metadata=parsed_by(parse_bool))
-    # opt-in: entry files written with O_DIRECT (cache.chunks); buffered where the file system refuses it
-    cache_direct_io: bool = field(default=defaults.CACHE_DIRECT_IO, metadata=parsed_by(parse_bool))
+    # entry files written with O_DIRECT (cache.chunks): auto (a forward reader's chunks), true (all) or
+    # false (none); buffered where the file system refuses it
+    cache_direct_io: bool | Literal["auto"] = field(
+        default=defaults.CACHE_DIRECT_IO, metadata=parsed_by(parse_direct_io)
+    )
     # decoded chunks kept in memory in front of the disk cache
     memory_cache_size: int = field(
         default=defaults.MEMORY_CACHE_SIZE,

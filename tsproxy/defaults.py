@@ -7,7 +7,7 @@ lists them; tests/config checks that it does.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 # Where tsproxy listens.
 LISTEN = ("127.0.0.1", 9000)
@@ -36,7 +36,8 @@ ALLOW_INSECURE_KEY_RING = False  # refuse a key ring file that group or others m
 # Reading and caching.
 CACHE_DIR = "./tsproxy-cache"
 CACHE_SIZE = 1 << 30
-CACHE_DIRECT_IO = False  # opt-in: entry files written with O_DIRECT where the file system allows it
+# Cache entry files written with O_DIRECT where the file system allows it: "auto", a forward reader's only.
+CACHE_DIRECT_IO: bool | Literal["auto"] = "auto"
 CACHE_ENCRYPT = True  # no effect (kept for old configs): cached chunks are stored bytes, sealed as stored
 MEMORY_CACHE_SIZE = 32 << 20
 MALLOC_MMAP_THRESHOLD = 8 << 20  # see tsproxy/memory.py; 0: glibc's own (moving) threshold

@@ -468,6 +468,48 @@ async def test_buffered_by_default_and_either_kind_reads_the_other(
         again.close()
 
 
+async def test_auto_writes_with_o_direct_only_what_is_not_read_soon(
+    cache_dir: Path, io_executor: ThreadPoolExecutor
+) -> None:
+    # `tsproxy serve`'s default: a forward reader's chunk (held in memory while it is needed) skips the
+    # page cache; a seeking reader's chunk, which the next seeks come back to, goes through it.
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io="auto")
+    try:
+        await c.put(key(0), payload(0, 1000), read_soon=False)
+        if not writes_direct(c):
+            pytest.skip("this file system refuses O_DIRECT")
+        await c.put(key(1), payload(1, 1000))
+        await c.put(key(2), payload(2, 1000), read_soon=True)
+        sizes = sorted(p.stat().st_size for p in value_files(cache_dir))
+        assert sizes == [ENTRY_HEADER + 1000, ENTRY_HEADER + 1000, 4096]
+        for n in range(3):
+            assert bytes(await c.get(key(n)) or b"?") == payload(n, 1000)
+        assert c.corrupt == 0
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("direct_io", [False, True])
+async def test_read_soon_changes_nothing_unless_auto(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, direct_io: bool
+) -> None:
+    c = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io=direct_io)
+    try:
+        await c.put(key(0), payload(0, 1000), read_soon=False)
+        await c.put(key(1), payload(1, 1000), read_soon=True)
+        if direct_io and not writes_direct(c):
+            pytest.skip("this file system refuses O_DIRECT")
+        size = 4096 if direct_io else ENTRY_HEADER + 1000
+        assert [p.stat().st_size for p in value_files(cache_dir)] == [size, size]
+    finally:
+        c.close()
+
+
+def test_direct_io_is_true_false_or_auto(cache_dir: Path) -> None:
+    with pytest.raises(ValueError, match="direct_io"):
+        ChunkCache(cache_dir, 64 << 20, direct_io="sometimes")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("refused_at", ["open", "write"])
 async def test_a_file_system_refusing_o_direct_gets_buffered_entries(
     direct_cache: ChunkCache,
@@ -605,9 +647,9 @@ async def test_puts_beyond_what_the_writer_can_keep_up_with_are_skipped(
     stuck = threading.Event()
     real_put = c._put_sync
 
-    def slow_put(key: ChunkKey, data: bytes | memoryview) -> None:
+    def slow_put(key: ChunkKey, data: bytes | memoryview, direct: bool = False) -> None:
         stuck.wait(30)  # a device that does not answer until the test lets it
-        real_put(key, data)
+        real_put(key, data, direct)
 
     monkeypatch.setattr(c, "_put_sync", slow_put)
     try:

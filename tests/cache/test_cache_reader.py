@@ -219,6 +219,36 @@ async def test_the_disk_cache_holds_the_stored_chunks_as_fetched(
     await reader.close()
 
 
+async def test_a_forward_readers_chunks_skip_the_page_cache_and_a_seeks_do_not(
+    cache_dir: Path, io_executor: ThreadPoolExecutor, executor: ThreadPoolExecutor, ring: KeyRing
+) -> None:
+    # cache_direct_io = auto: the chunks of a read from an object's start (a forward reader, which holds
+    # them in memory while it needs them) are written with O_DIRECT, padded to 4 KiB blocks; those of a
+    # read in the middle of another object (a seek: the next seeks come back to them) are not.
+    cache = ChunkCache(cache_dir, 64 << 20, executor=io_executor, direct_io="auto")
+    try:
+        forward = make_object(text_data(MIB, seed=21), chunk_size=256 * KIB, compression="on", ring=ring)
+        seek = make_object(text_data(MIB, seed=22), chunk_size=256 * KIB, compression="on", ring=ring)
+        reader = ChunkReader(cache, executor, memory_bytes=0, prefetch_bytes=0)
+        assert await read_all(reader, forward, CountingFetch(forward), 0, MIB - 1) == forward.data
+        await settle(reader)
+        if cache._cache.disk.direct is None:
+            pytest.skip("this file system refuses O_DIRECT")
+        forward_files = set(value_files(cache_dir))
+        assert len(forward_files) == 4
+        assert all(p.stat().st_size % 4096 == 0 for p in forward_files)
+        start = 300 * KIB
+        got = await read_all(reader, seek, CountingFetch(seek), start, start + 10 * KIB)
+        assert got == seek.data[start : start + 10 * KIB + 1]
+        await settle(reader)
+        (seek_file,) = set(value_files(cache_dir)) - forward_files
+        ref = seek.manifest.index.chunk(1)
+        assert seek_file.stat().st_size == 9 + ref.stored_len  # header and payload, no padding
+        await reader.close()
+    finally:
+        cache.close()
+
+
 async def test_an_entry_that_does_not_decode_is_a_stale_miss(
     cache: ChunkCache, executor: ThreadPoolExecutor, ring: KeyRing
 ) -> None:

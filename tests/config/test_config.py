@@ -43,6 +43,16 @@ def test_flags_beat_environment_beat_toml_beat_defaults(tmp_path: Path) -> None:
     assert _load(tmp_path, 'chunk_size = "1MiB"', env, chunk_size=None).chunk_size == 2 << 20
 
 
+def test_cache_direct_io_is_auto_true_or_false(tmp_path: Path) -> None:
+    assert _load(tmp_path).cache_direct_io == "auto"
+    assert _load(tmp_path, 'cache_direct_io = "AUTO"').cache_direct_io == "auto"
+    assert _load(tmp_path, "cache_direct_io = true").cache_direct_io is True
+    assert _load(tmp_path, env={"TSPROXY_CACHE_DIRECT_IO": "false"}).cache_direct_io is False
+    assert config.show("cache_direct_io") == "auto"
+    assert config.show("cache_direct_io", True) == "true"
+    assert _load(tmp_path, "cache_direct_io = false").cache_settings().direct_io is False
+
+
 def test_environment_names_the_config_file(tmp_path: Path) -> None:
     (tmp_path / "other.toml").write_text('compression_level = 7\nregion = "eu-west-1"\n')
     cfg = config.load(
@@ -60,6 +70,12 @@ def test_environment_names_the_config_file(tmp_path: Path) -> None:
         (None, {}, {"memory_cache_size": "5GiB"}, r"memory_cache_size \(--memory-cache-size\): .*4GiB"),
         (None, {}, {"cache_size": "1MiB"}, r"cache_size \(--cache-size\): must hold at least 4 chunks"),
         (None, {}, {"prefetch": "lots"}, r"prefetch \(--prefetch\): 'lots' is not a size"),
+        (
+            None,
+            {"TSPROXY_CACHE_DIRECT_IO": "sometimes"},
+            {},
+            r"cache_direct_io \(\$TSPROXY_CACHE_DIRECT_IO\): 'sometimes' is not auto, true or false",
+        ),
         ("no_such = 1", {}, {}, r"unknown setting 'no_such'"),
     ],
 )

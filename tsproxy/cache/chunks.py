@@ -20,6 +20,11 @@ where the padding is zeros up to the next multiple of 4096 bytes (fewer than 409
 O_DIRECT (see _DirectWrites; `direct_io`), and absent in one written through the page cache. Releases
 before padding was written read a padded entry as damaged: deleted, counted and fetched again.
 
+Which entries are written with O_DIRECT (`direct_io`): none (False), all (True), or ("auto", the default
+of `tsproxy serve`) those put with `read_soon=False`: chunks a reader moving forward fetched, which it
+holds in memory for as long as it needs them, while a seeking reader's chunks, which the next seeks come
+back to moments later, go through the page cache.
+
 An entry that fails its check (bit rot, a truncated file, a file swapped between keys) is deleted,
 counted as corrupt and reported as a miss; it is never served. An entry of an older layout (kind 1, a
 decoded chunk with a CRC32C; kind 3, a decoded chunk sealed under a key derived from the KEK) is not
@@ -72,7 +77,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import closing, suppress
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import diskcache
 from awscrt.checksums import crc32c
@@ -82,6 +87,9 @@ from tsproxy.metrics import Metrics
 log = logging.getLogger("tsproxy.cache")
 
 T = TypeVar("T")
+
+DirectIo = bool | Literal["auto"]
+"""Which cache entries are written with O_DIRECT: all (True), none (False), or a forward reader's ("auto")."""
 
 _KIND_STORED = 4
 # Decoded chunks: 1 with a CRC32C, 3 sealed under a cache key; 2 was never released. Misses, not damage.
@@ -127,10 +135,12 @@ class ChunkKey(NamedTuple):
 
 
 class _Pieces:
-    """A read-only file-like over header + payload, so diskcache writes them without joining them first."""
+    """A read-only file-like over header + payload, so diskcache writes them without joining them first;
+    `direct`: written with O_DIRECT where the cache can (_PrivateDisk.direct)."""
 
-    def __init__(self, *pieces: bytes | memoryview) -> None:
+    def __init__(self, *pieces: bytes | memoryview, direct: bool = False) -> None:
         self._pieces: Iterator[bytes | memoryview] = iter(pieces)
+        self.direct = direct
 
     def read(self, _size: int = -1) -> bytes | memoryview:
         # diskcache calls read() until it returns b"", so one piece per call is enough.
@@ -139,8 +149,9 @@ class _Pieces:
 
 class _PrivateDisk(diskcache.Disk):
     """diskcache's Disk, but entry files are created 0600 and their directories 0700 whatever the umask,
-    written with O_DIRECT when `direct` is set (see _DirectWrites), and spread over 256 directories that
-    are kept once made (diskcache's own makes two levels of them and removes each one it empties)."""
+    written with O_DIRECT when `direct` is set and the value asks for it (see _DirectWrites), and spread
+    over 256 directories that are kept once made (diskcache's own makes two levels of them and removes
+    each one it empties)."""
 
     direct: _DirectWrites | None = None
 
@@ -168,17 +179,18 @@ class _PrivateDisk(diskcache.Disk):
             return tuple(super().store(value, read, key=key))
         filename, full_path = self.filename(key, value)
         pieces = list(iter(lambda: value.read(1 << 22), b""))
+        wants_direct = bool(getattr(value, "direct", False))
         try:
-            size = self._write(full_path, pieces)
+            size = self._write(full_path, pieces, wants_direct)
         except FileNotFoundError:
             # The entry's directory is gone (made when the cache opened; removed by hand since).
             _make_private_dirs(self._directory, os.path.dirname(filename))
-            size = self._write(full_path, pieces)
+            size = self._write(full_path, pieces, wants_direct)
         return size, diskcache.core.MODE_BINARY, filename, None
 
-    def _write(self, path: str, pieces: list[bytes | memoryview]) -> int:
+    def _write(self, path: str, pieces: list[bytes | memoryview], wants_direct: bool) -> int:
         direct = self.direct
-        if direct is not None:
+        if direct is not None and wants_direct:
             size = direct.write(path, pieces)
             if size is not None:
                 return size
@@ -207,8 +219,9 @@ class _DirectWrites:
     stored uncompressed), tsproxy's CPU was 2.6-3.0 s/GiB with buffered writes and 1.8 with these
     (benchmarks/cpu.py --producer-codec zstd). But a chunk read again soon after it was cached then
     comes from the device, not the page cache: random 1 MiB reads of uncompressed batches, which come
-    back to such chunks, measured 0.71x direct against 0.83x buffered (benchmarks/fetch.py --rounds 5).
-    So it is opt-in (`cache_direct_io`).
+    back to such chunks, measured 0.71x direct against 0.83x with every entry buffered
+    (benchmarks/fetch.py --rounds 5). So by default (`cache_direct_io = auto`) only a forward reader's
+    chunks are written this way, and a seeking reader's go through the page cache.
     The write waits for the device, which only the cache's own writer thread does. Thread-safe (one
     buffer, one lock).
     """
@@ -293,7 +306,7 @@ class ChunkCache:
         *,
         executor: Executor | None = None,
         metrics: Metrics | None = None,
-        direct_io: bool = False,
+        direct_io: DirectIo = False,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
@@ -312,6 +325,9 @@ class ChunkCache:
         except _CacheDamaged as damage:
             self._reset(damage)
             self._cache = self._open_private()
+        if direct_io not in (True, False, "auto"):
+            raise ValueError(f"direct_io must be True, False or 'auto', not {direct_io!r}")
+        self._direct_io = direct_io
         if direct_io and hasattr(os, "O_DIRECT"):  # Linux; elsewhere entries are written buffered
             self._cache.disk.direct = _DirectWrites(self.directory)
         # Puts are serialised (SQLite allows one writer anyway) so the entry count tells what they evicted.
@@ -388,9 +404,12 @@ class ChunkCache:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    async def put(self, key: ChunkKey, data: bytes | memoryview) -> None:
+    async def put(self, key: ChunkKey, data: bytes | memoryview, *, read_soon: bool = True) -> None:
         """Store a chunk's stored bytes (the reader decodes them first, so only verified bytes land here),
         evicting least recently used entries to stay within max_bytes.
+
+        read_soon: a reader may read the entry back before the memory tier would answer it (a seeking
+        reader's chunk); with direct_io "auto" only entries put without it are written with O_DIRECT.
 
         A failing disk is logged and ignored: the cache is an optimisation, never a reason to fail a read.
         So is a disk that is behind: with MAX_PENDING_PUT_BYTES already waiting, the chunk is not cached
@@ -404,14 +423,15 @@ class ChunkCache:
             return
         self._pending_bytes += size
         try:
-            await asyncio.get_running_loop().run_in_executor(self._writer, self._put_sync, key, data)
+            direct = self._direct_io is True or (self._direct_io == "auto" and not read_soon)
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._put_sync, key, data, direct)
         finally:
             self._pending_bytes -= size
 
-    def _put_sync(self, key: ChunkKey, data: bytes | memoryview) -> None:
+    def _put_sync(self, key: ChunkKey, data: bytes | memoryview, direct: bool = False) -> None:
         disk_key = key.to_bytes()
         crc = crc32c(data, crc32c(disk_key))
-        pieces = _Pieces(_HEADER.pack(_KIND_STORED, len(data), crc), data)
+        pieces = _Pieces(_HEADER.pack(_KIND_STORED, len(data), crc), data, direct=direct)
         try:
             with self._write_lock:
                 before = len(self._cache) + (disk_key not in self._cache)

@@ -617,8 +617,9 @@ class ChunkReader:
             self._keep_sealed(rd.key(ref), stored)
         if self._cache is not None:
             # The stored bytes as fetched, now verified: a quarter of the plaintext for Kafka data, and
-            # already sealed when the object is encrypted.
-            await self._cache.put(rd.key(ref), stored)
+            # already sealed when the object is encrypted. A forward reader holds the chunk in memory
+            # while it needs it; a seeking one comes back to its chunks from the disk cache moments later.
+            await self._cache.put(rd.key(ref), stored, read_soon=not rd.forward)
         # Forgotten only now, so a reader arriving before the cache has it joins instead of refetching.
         self._flights.forget(rd.key(ref), fut)
 
