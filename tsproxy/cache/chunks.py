@@ -179,7 +179,7 @@ class _PrivateDisk(diskcache.Disk):
             return tuple(super().store(value, read, key=key))
         filename, full_path = self.filename(key, value)
         pieces = list(iter(lambda: value.read(1 << 22), b""))
-        wants_direct = bool(getattr(value, "direct", False))
+        wants_direct = isinstance(value, _Pieces) and value.direct
         try:
             size = self._write(full_path, pieces, wants_direct)
         except FileNotFoundError:
@@ -310,6 +310,8 @@ class ChunkCache:
     ) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
+        if direct_io not in (True, False, "auto"):
+            raise ValueError(f"direct_io must be True, False or 'auto', not {direct_io!r}")
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self._own_executor = executor is None
@@ -325,8 +327,6 @@ class ChunkCache:
         except _CacheDamaged as damage:
             self._reset(damage)
             self._cache = self._open_private()
-        if direct_io not in (True, False, "auto"):
-            raise ValueError(f"direct_io must be True, False or 'auto', not {direct_io!r}")
         self._direct_io = direct_io
         if direct_io and hasattr(os, "O_DIRECT"):  # Linux; elsewhere entries are written buffered
             self._cache.disk.direct = _DirectWrites(self.directory)
