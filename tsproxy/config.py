@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from tsproxy import defaults
 from tsproxy.errors import ConfigError
@@ -35,6 +35,7 @@ from tsproxy.format.settings import (
 )
 
 if TYPE_CHECKING:
+    from tsproxy.cache.chunks import DirectIo
     from tsproxy.store.base import Backend
     from tsproxy.store.observe import OnRequest
 
@@ -107,7 +108,7 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"{value!r} is not a boolean (true/false)")
 
 
-def parse_direct_io(value: Any) -> bool | Literal["auto"]:
+def parse_direct_io(value: Any) -> DirectIo:
     """`cache_direct_io`: auto, or a boolean."""
     if str(value).strip().lower() == "auto":
         return "auto"
@@ -266,7 +267,7 @@ class CacheSettings:
     directory: Path | None
     size: int
     encrypt: bool
-    direct_io: bool | Literal["auto"]
+    direct_io: DirectIo
     memory_bytes: int
     prefetch_bytes: int
 
@@ -321,9 +322,7 @@ class Config:
     cache_encrypt: bool = field(default=defaults.CACHE_ENCRYPT, metadata=parsed_by(parse_bool))
     # entry files written with O_DIRECT (cache.chunks): auto (a forward reader's chunks), true (all) or
     # false (none); buffered where the file system refuses it
-    cache_direct_io: bool | Literal["auto"] = field(
-        default=defaults.CACHE_DIRECT_IO, metadata=parsed_by(parse_direct_io)
-    )
+    cache_direct_io: DirectIo = field(default=defaults.CACHE_DIRECT_IO, metadata=parsed_by(parse_direct_io))
     # decoded chunks kept in memory in front of the disk cache
     memory_cache_size: int = field(
         default=defaults.MEMORY_CACHE_SIZE,
