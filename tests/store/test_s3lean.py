@@ -17,12 +17,13 @@ import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from yarl import URL
 
 from tests.support.faulty_proxy import FaultyProxy
 from tsproxy import errors
 from tsproxy.s3.sigv4 import uri_encode
 from tsproxy.store.s3 import S3Backend
-from tsproxy.store.s3lean import authorization
+from tsproxy.store.s3lean import authorization, env_proxy
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -308,3 +309,21 @@ def test_gets_and_streamed_parts_go_through_the_proxy_the_environment_names(
         monkeypatch.setenv("no_proxy", "127.0.0.1")
         assert asyncio.run(run(seaweed.endpoint)) == data[10:]
         assert len(proxy.seen) == before
+
+
+def test_proxy_credentials_go_where_each_scheme_sends_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain http request through a proxy carries Proxy-Authorization itself; an https request gives
+    it to aiohttp for the CONNECT only, so the store behind the tunnel never sees it. No deprecated
+    `proxy_auth` either way."""
+    _no_proxy_settings(monkeypatch)
+    monkeypatch.setenv("http_proxy", "http://relay:secret@proxy.example:3128")
+    monkeypatch.setenv("https_proxy", "http://relay:secret@proxy.example:3128")
+    auth = "Basic " + base64.b64encode(b"relay:secret").decode()
+    plain, plain_headers = env_proxy(URL("http://store.example:8333/b/k"))
+    assert plain == {"proxy": URL("http://proxy.example:3128")}
+    assert plain_headers == {"Proxy-Authorization": auth}
+    tls, tls_headers = env_proxy(URL("https://store.example/b/k"))
+    assert tls == {"proxy": URL("http://proxy.example:3128"), "proxy_headers": {"Proxy-Authorization": auth}}
+    assert tls_headers == {}
+    monkeypatch.setenv("no_proxy", "store.example")
+    assert env_proxy(URL("https://store.example/b/k")) == ({}, {})

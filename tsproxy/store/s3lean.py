@@ -161,7 +161,8 @@ class LeanRequests:
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
         self._verify = verify
         self._session: aiohttp.ClientSession | None = None
-        self._proxies: dict[str, dict[str, Any]] = {}  # by host: the request arguments of its proxy
+        # by (scheme, host): its proxy's request arguments and the headers it wants
+        self._proxies: dict[tuple[str, str], tuple[dict[str, Any], dict[str, str]]] = {}
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if self._scheme != "https":
@@ -184,14 +185,17 @@ class LeanRequests:
             session, self._session = self._session, None
             await session.close()
 
-    def _proxy(self, url: URL) -> dict[str, Any]:
+    def _proxy(self, url: URL, headers: dict[str, str]) -> dict[str, Any]:
         """The proxy arguments of a request to url's host (none when it goes direct), from the environment
-        the first time the host is asked about."""
-        host = url.host or ""
-        found = self._proxies.get(host)
+        the first time the host is asked about; the headers a proxy wants are added to `headers` (after
+        signing: a proxy's header is not the store's to see, nor signed)."""
+        key = (url.scheme, url.host or "")
+        found = self._proxies.get(key)
         if found is None:
-            found = self._proxies[host] = env_proxy(url)
-        return found
+            found = self._proxies[key] = env_proxy(url)
+        arguments, extra = found
+        headers.update(extra)
+        return arguments
 
     def _target(self, bucket: str, key: str) -> tuple[str, str]:
         """(host, encoded path) of an object, path style or virtual-host style."""
@@ -239,7 +243,9 @@ class LeanRequests:
             extra["if-match"] = if_match
         url, headers = await self._signed("GET", bucket, key, {}, extra)
         assert self._session is not None
-        response = await self._session.get(url, headers=headers, allow_redirects=False, **self._proxy(url))
+        response = await self._session.get(
+            url, headers=headers, allow_redirects=False, **self._proxy(url, headers)
+        )
         try:
             if response.status not in (200, 206):
                 raise await _client_error(response, "GetObject")
@@ -292,7 +298,7 @@ class LeanRequests:
         else:
             data = exactly(body)
         async with self._session.put(
-            url, headers=headers, data=data, allow_redirects=False, **self._proxy(url)
+            url, headers=headers, data=data, allow_redirects=False, **self._proxy(url, headers)
         ) as response:
             if response.status != 200:
                 raise await _client_error(response, "UploadPart")
@@ -300,20 +306,28 @@ class LeanRequests:
             return response.headers.get("ETag", "")
 
 
-def env_proxy(url: URL) -> dict[str, Any]:
-    """aiohttp's proxy arguments for a request to url as HTTP(S)_PROXY and NO_PROXY say (the standard
-    library's reading of them, which botocore uses too): `proxy` and, when the proxy's URL carries
-    credentials, `proxy_auth` (as aiohttp's own reading of the environment gives them); empty when the
-    request goes direct."""
+def env_proxy(url: URL) -> tuple[dict[str, Any], dict[str, str]]:
+    """How a request to url goes as HTTP(S)_PROXY and NO_PROXY say (the standard library's reading of
+    them, which botocore uses too): aiohttp's proxy arguments and the headers to add to the request; both
+    empty when it goes direct.
+
+    Credentials in the proxy's URL become a Basic Proxy-Authorization header, as aiohttp's own reading of
+    the environment sends them. aiohttp 3.14 deprecates `proxy_auth` for `proxy_headers`, but sends
+    `proxy_headers` only on the CONNECT of an https request; a plain http request through a proxy
+    carries the header itself."""
     if url.host is None or urllib.request.proxy_bypass(url.host):
-        return {}
+        return {}, {}
     named = urllib.request.getproxies().get(url.scheme)
     if not named:
-        return {}
+        return {}, {}
     proxy = URL(named if "://" in named else f"http://{named}")
-    if proxy.user is None:
-        return {"proxy": proxy}
-    return {"proxy": proxy.with_user(None), "proxy_auth": aiohttp.BasicAuth.from_url(proxy)}
+    auth = aiohttp.BasicAuth.from_url(proxy) if proxy.user is not None else None
+    if auth is None:
+        return {"proxy": proxy}, {}
+    header = {"Proxy-Authorization": auth.encode()}
+    if url.scheme == "https":
+        return {"proxy": proxy.with_user(None), "proxy_headers": header}, {}
+    return {"proxy": proxy.with_user(None)}, header
 
 
 def _answer(response: aiohttp.ClientResponse) -> dict[str, Any]:
