@@ -51,15 +51,10 @@ def test_transient_backend_errors_are_retried(proxy_via_faults: RunningProxy, fa
     assert s3.get_object(Bucket="faults-retry", Key="k")["Body"].read() == data
     assert faulty.count(path=obj, fault="internal_error") == 1
     assert faulty.count(path=obj, fault="drop") == 1
-    metrics = proxy_via_faults.proxy.metrics
+    registry = proxy_via_faults.proxy.metrics.registry
 
     def retried(operation: str) -> float:
-        return sum(
-            s.value
-            for m in metrics.backend_retries.collect()
-            for s in m.samples
-            if s.name == "tsproxy_backend_retries_total" and s.labels["operation"] == operation
-        )
+        return registry.get_sample_value("tsproxy_backend_retries_total", {"operation": operation}) or 0.0
 
     assert retried("PutObject") == 2
     # A streamed GET reports its call when its reader closes, which may come just after the client has

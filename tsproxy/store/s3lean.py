@@ -161,8 +161,8 @@ class LeanRequests:
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
         self._verify = verify
         self._session: aiohttp.ClientSession | None = None
-        # by (scheme, host): its proxy's request arguments and the headers it wants
-        self._proxies: dict[tuple[str, str], tuple[dict[str, Any], dict[str, str]]] = {}
+        # by host: its proxy's request arguments and the headers it wants (one scheme: the endpoint's)
+        self._proxies: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if self._scheme != "https":
@@ -189,10 +189,10 @@ class LeanRequests:
         """The proxy arguments of a request to url's host (none when it goes direct), from the environment
         the first time the host is asked about; the headers a proxy wants are added to `headers` (after
         signing: a proxy's header is not the store's to see, nor signed)."""
-        key = (url.scheme, url.host or "")
-        found = self._proxies.get(key)
+        host = url.host or ""
+        found = self._proxies.get(host)
         if found is None:
-            found = self._proxies[key] = env_proxy(url)
+            found = self._proxies[host] = env_proxy(url)
         arguments, extra = found
         headers.update(extra)
         return arguments
@@ -321,9 +321,10 @@ def env_proxy(url: URL) -> tuple[dict[str, Any], dict[str, str]]:
     if not named:
         return {}, {}
     proxy = URL(named if "://" in named else f"http://{named}")
-    auth = aiohttp.BasicAuth.from_url(proxy) if proxy.user is not None else None
-    if auth is None:
+    if proxy.user is None:
         return {"proxy": proxy}, {}
+    auth = aiohttp.BasicAuth.from_url(proxy)  # not BasicAuth(...): aiohttp 3.14 deprecates that
+    assert auth is not None  # the URL has a user
     header = {"Proxy-Authorization": auth.encode()}
     if url.scheme == "https":
         return {"proxy": proxy.with_user(None), "proxy_headers": header}, {}
