@@ -26,6 +26,13 @@ Backend figures are SeaweedFS' own counters for the system's bucket: GET request
 there) per MiB the client read, and body bytes SeaweedFS sent (received, for the upload) per client byte.
 The machine's load average is printed with the table: other processes move every figure.
 
+A second table says who spent the CPU, in seconds per GiB of client bytes: the benchmark's own process
+(the client), the system's process (tsproxy or rclone; none for direct), SeaweedFS, and every core of the
+machine over the same span (those, the kernel's network work for them, and anything else running). When
+the client, the system and SeaweedFS keep every core busy between them, as uploads with several parts in
+flight do on two cores, throughput is bound by the machine's CPU per GiB, and `cpu_machine_vs_direct`
+says how far a system's ratio to direct can go there.
+
 On a small machine one run's ratios move by a tenth or more from run to run. `--rounds N` runs every
 system's scenarios N times, the systems taking turns (in reverse order every other round) so that a
 quieter or busier spell of the machine falls on both: the table then shows each figure's median over
@@ -56,6 +63,7 @@ from typing import Any
 from common import SEAWEED_VOLUME_MB, add_setting_option, markdown, settings_of, start_seaweed
 from fetch_support import (
     CLIENTS,
+    CPU_COLUMNS,
     MIB,
     SCENARIOS,
     SYSTEMS,
@@ -84,6 +92,10 @@ COLUMNS = (
     "backend_bytes_ratio",
     "backend_requests",
 )
+# Who spent the CPU, in seconds per GiB of client bytes (fetch_support.CpuUse); the last column is the
+# machine's CPU against direct's in the same round. On a machine whose cores the client, the system and
+# SeaweedFS saturate together, throughput goes as the inverse of cpu_machine.
+CPU_TABLE = ("system", "scenario", *CPU_COLUMNS, "cpu_machine_vs_direct")
 # Where a Kafka broker with Aiven's plugin would put the segment (topic "clicks", partition 0).
 SEGMENT_KEY = "clicks-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
 
@@ -195,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     if settings:
         print("tsproxy settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()) + "\n")
     print(markdown(table, COLUMNS if args.rounds == 1 else (*COLUMNS[:4], "vs_direct_range", *COLUMNS[4:])))
+    print(
+        "\nCPU seconds per GiB of client bytes: the benchmark's client, the system's own process, SeaweedFS, "
+        "and every core of the machine (cpu_machine_vs_direct: against direct's in the same round)\n"
+    )
+    print(markdown(table, CPU_TABLE))
     over = "" if args.rounds == 1 else f" (the median of {args.rounds} rounds' figures, [their range])"
     print(f"\nGoals{over}:")
     for line in goal_lines(rows, args.rounds):
@@ -232,10 +249,12 @@ def run_rounds(
 
             kind = args.client
             run_system(systems[name], weed, segment, SEGMENT_KEY, random_count, report, args.scenarios, kind)
-    direct = {(r["scenario"], r["round"]): r["mib_s"] for r in rows if r["system"] == "direct"}
+    direct = {(r["scenario"], r["round"]): r for r in rows if r["system"] == "direct"}
     for r in rows:
         theirs = direct.get((r["scenario"], r["round"]))
-        r["vs_direct"] = r["mib_s"] / theirs if theirs else None
+        r["vs_direct"] = r["mib_s"] / theirs["mib_s"] if theirs and theirs["mib_s"] else None
+        machine = theirs["cpu_machine"] if theirs else None
+        r["cpu_machine_vs_direct"] = r["cpu_machine"] / machine if machine else None
     return rows
 
 
@@ -248,7 +267,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (system, scenario), group in by.items():
         row: dict[str, Any] = {"system": system, "scenario": scenario, "round": "median"}
-        for column in COLUMNS[2:]:
+        for column in (*COLUMNS[2:], *CPU_TABLE[2:]):
             values = [float(r[column]) for r in group if isinstance(r.get(column), int | float)]
             values = [v for v in values if not math.isnan(v)]
             row[column] = statistics.median(values) if values else None

@@ -23,6 +23,7 @@ import math
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -224,6 +225,60 @@ def settled_traffic(weed: SeaweedFS, bucket: str, quiet: float = 0.3, limit: flo
     return previous
 
 
+# -- who spent the CPU -------------------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system, every thread, the ones that ended included) process `pid` has used;
+    0.0 for None (no such process in the system under test) or one that is gone."""
+    if pid is None:
+        return 0.0
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text.rsplit(")", 1)[1].split()  # after "(comm)", which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime: fields 14 and 15 of proc(5)
+
+
+def machine_cpu() -> float:
+    """CPU seconds every core of the machine has been busy (all but idle and iowait) since boot."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICK
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds over a scenario: the benchmark's own process (the client: its requests, signing and
+    hashing, and the check of what it read), the system's process (None for direct), SeaweedFS, and
+    the whole machine (those three, the kernel's network work on their behalf and anything else)."""
+
+    client: float
+    system: float | None
+    backend: float
+    machine: float
+
+    def __sub__(self, other: CpuUse) -> CpuUse:
+        system = None if self.system is None or other.system is None else self.system - other.system
+        return CpuUse(
+            self.client - other.client, system, self.backend - other.backend, self.machine - other.machine
+        )
+
+
+def cpu_use(system: System, weed: SeaweedFS) -> CpuUse:
+    """The CPU counters now."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    pid = system.pid
+    return CpuUse(
+        client=own.ru_utime + own.ru_stime,
+        system=None if pid is None else process_cpu(pid),
+        backend=process_cpu(weed.process.pid),
+        machine=machine_cpu(),
+    )
+
+
 # -- the systems under test --------------------------------------------------------------------------
 
 
@@ -251,6 +306,11 @@ class System(Protocol):
         ...
 
     def stop(self) -> None: ...
+
+    @property
+    def pid(self) -> int | None:
+        """The system's own process, None when it has none (SeaweedFS itself)."""
+        ...
 
 
 def lean_client(system: System) -> LeanS3:
@@ -475,6 +535,10 @@ class DirectSystem:
     def stop(self) -> None:
         pass
 
+    @property
+    def pid(self) -> None:
+        return None  # its work is SeaweedFS's, counted as the backend's
+
 
 class TsproxySystem:
     """`tsproxy serve` in its own process over SeaweedFS, with its default settings (4 MiB chunks,
@@ -571,6 +635,10 @@ class TsproxySystem:
         if self.process is not None:
             _stop(self.process)
             self.process = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
 
 
 def rclone_binary() -> str:
@@ -709,6 +777,10 @@ class RcloneSystem:
             _stop(self.process)
             self.process = None
 
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
 
 # -- measuring ---------------------------------------------------------------------------------------
 
@@ -721,6 +793,7 @@ class Measurement:
     seconds: float
     latencies: tuple[float, ...]
     backend: Traffic
+    cpu: CpuUse
 
     def row(self, system: str, scenario: str) -> dict[str, Any]:
         """The benchmark's JSON row. Upload rows count the bytes SeaweedFS received, read rows the bytes
@@ -738,7 +811,22 @@ class Measurement:
             "backend_gets_per_mib": self.backend.gets / mib,
             "backend_bytes_ratio": backend_bytes / self.client_bytes,
             "backend_requests": self.backend.requests,
+            **cpu_columns(self.cpu, self.client_bytes),
         }
+
+
+CPU_COLUMNS = ("cpu_client", "cpu_system", "cpu_backend", "cpu_machine")
+
+
+def cpu_columns(cpu: CpuUse, client_bytes: int) -> dict[str, float | None]:
+    """CPU seconds per GiB of client bytes, by process (CpuUse); cpu_system None for direct."""
+    gib = client_bytes / (1 << 30)
+    return {
+        "cpu_client": cpu.client / gib,
+        "cpu_system": None if cpu.system is None else cpu.system / gib,
+        "cpu_backend": cpu.backend / gib,
+        "cpu_machine": cpu.machine / gib,
+    }
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -761,9 +849,10 @@ def measure_reads(
     client_kind: str = "lean",
 ) -> Measurement:
     """Read `ranges` of `key` one after another, as one consumer does; every body is checked against
-    `expected` (outside the timed part) so a fast wrong answer cannot pass."""
+    `expected` (outside the timed part, inside the client's CPU) so a fast wrong answer cannot pass."""
     client = scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
+    cpu_before = cpu_use(system, weed)
     latencies: list[float] = []
     total = 0
     for start, end in ranges:
@@ -774,7 +863,8 @@ def measure_reads(
             raise AssertionError(f"{system.name}: bytes {start}-{end - 1} of {key} read back wrong")
         total += len(body)
     after = settled_traffic(weed, system.backend_bucket)
-    return Measurement(total, sum(latencies), tuple(latencies), after - before)
+    cpu_after = cpu_use(system, weed)
+    return Measurement(total, sum(latencies), tuple(latencies), after - before, cpu_after - cpu_before)
 
 
 def measure_upload(
@@ -792,6 +882,7 @@ def measure_upload(
     client, lean = boto3_client(system), scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
     parts = [(n + 1, data[pos : pos + PART_BYTES]) for n, pos in enumerate(range(0, len(data), PART_BYTES))]
+    cpu_before = cpu_use(system, weed)
 
     begin = time.perf_counter()
     upload_id = client.create_multipart_upload(Bucket=system.bucket, Key=key)["UploadId"]
@@ -810,7 +901,8 @@ def measure_upload(
     seconds = time.perf_counter() - begin
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
-    return Measurement(len(data), seconds, tuple(d[0] for d in done), after - before)
+    cpu_after = cpu_use(system, weed)
+    return Measurement(len(data), seconds, tuple(d[0] for d in done), after - before, cpu_after - cpu_before)
 
 
 def measure_put(
@@ -820,6 +912,7 @@ def measure_put(
     object after object; one alone would mostly measure a first request)."""
     client = scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
+    cpu_before = cpu_use(system, weed)
     latencies: list[float] = []
     begin = time.perf_counter()
     for i in range(PUT_COUNT):
@@ -834,7 +927,10 @@ def measure_put(
     seconds = time.perf_counter() - begin
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
-    return Measurement(len(data) * PUT_COUNT, seconds, tuple(latencies), after - before)
+    cpu_after = cpu_use(system, weed)
+    return Measurement(
+        len(data) * PUT_COUNT, seconds, tuple(latencies), after - before, cpu_after - cpu_before
+    )
 
 
 # -- goals -------------------------------------------------------------------------------------------

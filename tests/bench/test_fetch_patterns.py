@@ -4,8 +4,12 @@ wrong thing without failing, so these pin them down."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
+import os
+import resource
+import time
 from typing import Any
 
 import pytest
@@ -17,12 +21,16 @@ from fetch_support import (
     SEQ_WARM,
     UPLOAD,
     UPLOAD_SERIAL,
+    CpuUse,
     Segment,
     build_segment,
     check_goals,
     chunk_reads,
     consumer_fetches,
+    cpu_columns,
+    machine_cpu,
     percentile,
+    process_cpu,
     random_fetches,
 )
 from hypothesis import given
@@ -152,3 +160,38 @@ def test_goals_without_a_system_are_not_checked() -> None:
     assert by_name[f"{SEQ_COLD} backend GETs per MiB, tsproxy"].passed is False  # 1.0 > 0.1
     others = [g for n, g in by_name.items() if "GETs" not in n]
     assert others and all(g.passed is None and g.line().startswith("n/a") for g in others)
+
+
+def _burn(seconds: float) -> None:
+    """Keep this process's one thread busy for `seconds` of CPU time."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        hashlib.sha256(b"x" * 65536).digest()
+
+
+def test_process_cpu_reads_what_the_process_used() -> None:
+    # A wrong field of /proc/PID/stat (or ticks taken for seconds) would be far off what the process
+    # itself says it used, and would not grow with the work done.
+    own = os.getpid()
+    before, machine_before = process_cpu(own), machine_cpu()
+    _burn(0.3)
+    used, machine_used = process_cpu(own) - before, machine_cpu() - machine_before
+    assert used == pytest.approx(0.3, abs=0.08)
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    assert process_cpu(own) == pytest.approx(mine.ru_utime + mine.ru_stime, abs=0.05)
+    # The machine was busy at least while this process was.
+    assert machine_used >= used - 0.05
+    assert process_cpu(None) == 0.0
+
+
+def test_cpu_columns_are_per_gib_of_client_bytes() -> None:
+    use = CpuUse(client=3.0, system=4.0, backend=5.0, machine=12.0) - CpuUse(1.0, 2.0, 1.0, 2.0)
+    assert use == CpuUse(client=2.0, system=2.0, backend=4.0, machine=10.0)
+    assert cpu_columns(use, 512 * MIB) == {
+        "cpu_client": 4.0,
+        "cpu_system": 4.0,
+        "cpu_backend": 8.0,
+        "cpu_machine": 20.0,
+    }
+    direct = CpuUse(1.0, None, 2.0, 3.0) - CpuUse(0.0, None, 1.0, 1.0)
+    assert direct.system is None and cpu_columns(direct, 1 << 30)["cpu_system"] is None

@@ -23,6 +23,11 @@ FIELDS = {
     "backend_bytes_ratio",
     "backend_requests",
     "round",
+    "cpu_client",
+    "cpu_system",
+    "cpu_backend",
+    "cpu_machine",
+    "cpu_machine_vs_direct",
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.seaweed]
@@ -48,7 +53,20 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         assert _finite(row["p99_ms"]) >= row["p50_ms"]
         assert _finite(row["backend_gets_per_mib"]) >= 0
         assert _finite(row["backend_bytes_ratio"]) >= 0
+        # Who spent the CPU: the system's own process only where there is one; nobody's share above
+        # the machine's (five ticks of slack for each process counted on its own).
+        assert (row["cpu_system"] is None) == (row["system"] == "direct"), row
+        shares = [row["cpu_client"], row["cpu_system"] or 0.0, row["cpu_backend"]]
+        assert all(_finite(v) >= 0 for v in shares)
+        slack = 3 * 0.05 / (8 / 1024)  # seconds per GiB of 8 MiB
+        assert _finite(row["cpu_machine"]) + slack >= sum(shares), row
+        assert _finite(row["cpu_machine_vs_direct"]) >= 0
     by = {(r["system"], r["scenario"]): r for r in rows}
+    for scenario in UPLOAD_SCENARIOS:
+        # tsproxy transforms what it stores, and SeaweedFS stores what it is sent: both did work.
+        assert by[("tsproxy", scenario)]["cpu_system"] > 0
+        assert by[("direct", scenario)]["cpu_backend"] > 0
+        assert by[("direct", scenario)]["cpu_machine_vs_direct"] == 1.0
     # Direct access: every fetch is a GET at SeaweedFS and every byte crosses once.
     for scenario in READ_SCENARIOS:
         direct = by[("direct", scenario)]
@@ -65,7 +83,9 @@ def test_fetch_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         assert by[("tsproxy", scenario)]["backend_bytes_ratio"] > 0
 
     assert "| system | scenario | mib_s |" in table
-    assert sum(line.startswith(("| tsproxy ", "| direct ")) for line in table.splitlines()) == len(rows)
+    assert "| system | scenario | cpu_client | cpu_system | cpu_backend | cpu_machine |" in table
+    # each row once in the figures' table and once in the CPU table
+    assert sum(line.startswith(("| tsproxy ", "| direct ")) for line in table.splitlines()) == 2 * len(rows)
     goals = [line.strip() for line in table.split("Goals:", 1)[1].splitlines() if line.strip()]
     assert len(goals) == 9 + len(READ_SCENARIOS)
     assert all(g.startswith(("PASS", "FAIL")) for g in goals if "rclone" not in g)
