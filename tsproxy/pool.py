@@ -9,7 +9,8 @@ after two of the window's), and a consumer's read behind the chunks of an upload
 at the same time.
 benchmarks/fetch.py's first_ms has not shown a difference beyond its noise on an otherwise idle
 machine; the order is what a reader under load needs regardless
-(tests/cache/test_cache_reader.py shows it).
+(tests/cache/test_cache_reader.py shows it). A job already running is not overtaken: that is why the
+read engine also has a window's decodes wait for the reader's own chunk (reader.OWN_FIRST_WAIT).
 
 So each job has a deadline, its submission time, less URGENT_LEAD for urgent work, and the threads take
 the earliest deadline first (ties in submission order). Urgent work passes the other work submitted

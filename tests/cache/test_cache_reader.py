@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tsproxy import errors
+from tsproxy.cache import reader as reader_module
 from tsproxy.cache.chunks import ChunkCache, ChunkKey
 from tsproxy.cache.reader import ChunkReader, version_id
 from tsproxy.format import KeyRing
@@ -973,10 +974,14 @@ class _RecordingPool(PriorityPool):
         return super().submit_urgent(self._noting(True, fn, args), *args, **kwargs)
 
 
-async def test_the_chunk_a_reader_waits_for_decodes_ahead_of_prefetched_ones(cache: ChunkCache) -> None:
+async def test_the_chunk_a_reader_waits_for_decodes_ahead_of_prefetched_ones(
+    cache: ChunkCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A forward reader's first GET: its own chunk is decoded as urgent work and the chunks prefetched
     beside it are not, so on a busy pool (its one thread held until every chunk is in) the reader's
-    chunk is decoded first although its bytes came in after all the others'."""
+    chunk is decoded first although its bytes came in after all the others'. (The window's decodes
+    do not wait for the reader's chunk here: that is the next test's; this is the pool's order.)"""
+    monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 0)
     obj = make_object(text_data(20 * MIB), chunk_size=4 * MIB, compression="on")
     pool = _RecordingPool()
     reader = ChunkReader(cache, pool, prefetch_bytes=16 * MIB)
@@ -1003,5 +1008,70 @@ async def test_the_chunk_a_reader_waits_for_decodes_ahead_of_prefetched_ones(cac
         assert pool.ran == [(0, True)] + [(n * 4 * MIB, False) for n in range(1, 5)]
     finally:
         hold.set()
+        await reader.close()
+        pool.shutdown()
+
+
+async def _first_read_with_the_window_in_first(
+    cache: ChunkCache, own_in: asyncio.Event | None = None
+) -> tuple[_RecordingPool, StoredObject, ChunkReader, asyncio.Task[bytes], asyncio.Event]:
+    """A forward reader's first read on a one-thread pool, its window's bytes all in before any of its
+    own chunk's: the own chunk's GET waits for the window's to end, then for `own_in` when given."""
+    obj = make_object(text_data(20 * MIB), chunk_size=4 * MIB, compression="on")
+    pool = _RecordingPool()
+    reader = ChunkReader(cache, pool, prefetch_bytes=16 * MIB)
+    counting = CountingFetch(obj)
+    window_in = asyncio.Event()
+
+    async def fetch(start: int, end: int) -> AsyncIterator[bytes]:
+        if start == 0:
+            await window_in.wait()
+            if own_in is not None:
+                await own_in.wait()
+        async for piece in counting(start, end):
+            yield piece
+        if start != 0:
+            window_in.set()
+
+    task = asyncio.ensure_future(read_all(reader, obj, fetch, 0, MIB - 1))  # type: ignore[arg-type]
+    return pool, obj, reader, task, window_in
+
+
+async def test_a_readers_own_chunk_decodes_before_its_window(
+    cache: ChunkCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunks of a window fetched beside a reader's own chunk wait for its decode before theirs: on
+    an idle pool they would start the moment their bytes are in, and a decode already running is not
+    overtaken by urgent work (on two cores, two of them held a first read back by 10-20 ms)."""
+    monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 30.0)  # far more than the test needs
+    pool, obj, reader, task, _ = await _first_read_with_the_window_in_first(cache)
+    try:
+        assert await asyncio.wait_for(task, timeout=60) == obj.data[:MIB]
+        await settle(reader)
+        assert pool.ran[0] == (0, True)
+        assert sorted(pool.ran[1:]) == [(n * 4 * MIB, False) for n in range(1, 5)]
+    finally:
+        await reader.close()
+        pool.shutdown()
+
+
+async def test_a_window_waits_for_the_readers_chunk_only_so_long(
+    cache: ChunkCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader's chunk whose bytes are slow to come does not hold the window back for longer than
+    OWN_FIRST_WAIT: the window's chunks decode and land in the cache while it is still on its way."""
+    monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 0.05)
+    own_in = asyncio.Event()
+    pool, obj, reader, task, window_in = await _first_read_with_the_window_in_first(cache, own_in)
+    try:
+        await asyncio.wait_for(window_in.wait(), timeout=60)
+        await until(lambda: len(pool.ran) == 4)
+        assert all(not urgent for _, urgent in pool.ran)
+        assert not task.done()
+        own_in.set()
+        assert await asyncio.wait_for(task, timeout=60) == obj.data[:MIB]
+        assert pool.ran[4] == (0, True)
+    finally:
+        own_in.set()
         await reader.close()
         pool.shutdown()

@@ -17,7 +17,9 @@ windows go out as background requests, bounded in number and in bytes, whose chu
 A forward reader also has the next PROMOTE_AHEAD chunks read from the disk cache and decoded into
 memory in the background, so a warm sequential read does not stop at each chunk boundary for them.
 Chunks are decoded (authenticated, decrypted, inflated) in the executor (decoding.ThreadDecoders: the
-frames a seek needs of a chunk inflate on several of its threads at once). The disk cache holds the
+frames a seek needs of a chunk inflate on several of its threads at once); the chunk a reader waits for
+goes ahead of the chunks fetched beside it (urgent work on the PriorityPool, and the window's decodes
+wait briefly for the reader's own chunk, OWN_FIRST_WAIT). The disk cache holds the
 stored bytes as fetched (cache.chunks), put there once they have decoded; memory holds plaintext. A
 chunk that fails is an error for every reader waiting on it and is never cached; a disk-cache entry
 that fails to decode is dropped as stale and the chunk fetched again.
@@ -61,6 +63,12 @@ of pieces in order (closed with aclose when the reader is done with it, read to 
 # to bring a 1 MiB fetch or a 4 MiB chunk read that crosses a chunk boundary in one GET (rather than a
 # second one issued a round trip later), little enough for a quick first byte on a long read.
 FOREGROUND_BYTES = 4 << 20
+# How long the decode of a chunk fetched ahead of a reader waits for the chunk the reader itself fetched
+# and waits for (a miss: a cold reader's first chunk, beside the window fetched with it). Both GETs go
+# out at once, so the window's bytes often come in first, and the PriorityPool cannot put the reader's
+# chunk ahead of decodes already running: on two cores, two of the window's held a first read back by
+# 10-20 ms. Bounded, so a reader's chunk whose bytes are slow never stalls the window for long.
+OWN_FIRST_WAIT = 0.05  # seconds
 # Chunks a forward reader has moved from the disk cache into memory ahead of its position.
 PROMOTE_AHEAD = 1
 # Bytes a kept view may hold beyond what it shows (a disk-cache entry's header and padding) before it is
@@ -102,6 +110,9 @@ class _Read:
     limit: int  # original offset (exclusive) up to which this read may schedule chunks
     stream: Stream
     version: bytes  # version_id(manifest)
+    # The download of the chunk this read waits for, when the read started it itself (a miss): the
+    # decodes of chunks fetched ahead wait for its decode first (see OWN_FIRST_WAIT).
+    own: asyncio.Future[Loaded] | None = None
     # Chunks this read has scheduled or joined ahead, kept here when there is no disk cache to land in.
     pending: dict[int, asyncio.Future[Loaded]] = field(default_factory=dict)
 
@@ -282,6 +293,7 @@ class ChunkReader:
                 data = await self._from_cached(rd, ref, part)
         if fut is None and data is None:
             fut = await self._fetch_foreground(rd, i, ref, position)
+            rd.own = fut
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
         await self._read_ahead(rd, position)
         self._promote_ahead(rd, i)
@@ -604,6 +616,10 @@ class ChunkReader:
         *,
         urgent: bool = True,
     ) -> None:
+        own = rd.own
+        if not urgent and own is not None and not own.done():
+            # A chunk fetched ahead: the chunk its reader waits for decodes first (see OWN_FIRST_WAIT).
+            await asyncio.wait([own], timeout=OWN_FIRST_WAIT)
         try:
             plain = await self._decoded(rd, ref, stored, part, urgent=urgent)
         except Exception as e:  # IntegrityError above all: every waiter fails, nothing is cached
