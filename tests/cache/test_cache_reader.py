@@ -10,6 +10,7 @@ import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -974,49 +975,28 @@ class _RecordingPool(PriorityPool):
         return super().submit_urgent(self._noting(True, fn, args), *args, **kwargs)
 
 
-async def test_the_chunk_a_reader_waits_for_decodes_ahead_of_prefetched_ones(
-    cache: ChunkCache, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A forward reader's first GET: its own chunk is decoded as urgent work and the chunks prefetched
-    beside it are not, so on a busy pool (its one thread held until every chunk is in) the reader's
-    chunk is decoded first although its bytes came in after all the others'. (The window's decodes
-    do not wait for the reader's chunk here: that is the next test's; this is the pool's order.)"""
-    monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 0)
-    obj = make_object(text_data(20 * MIB), chunk_size=4 * MIB, compression="on")
-    pool = _RecordingPool()
-    reader = ChunkReader(cache, pool, prefetch_bytes=16 * MIB)
-    counting = CountingFetch(obj)
-    window_in = asyncio.Event()
+@dataclass
+class _FirstRead:
+    """A forward reader's first read under way (see _first_read_with_the_window_in_first)."""
 
-    async def fetch(start: int, end: int) -> AsyncIterator[bytes]:
-        if start == 0:
-            await window_in.wait()  # the read's own chunk comes in last
-        async for piece in counting(start, end):
-            yield piece
-        if start != 0:
-            window_in.set()
+    pool: _RecordingPool
+    obj: StoredObject
+    reader: ChunkReader
+    counting: CountingFetch
+    window_in: asyncio.Event
+    task: asyncio.Task[bytes]
 
-    hold = threading.Event()
-    pool.submit(hold.wait, 10)
-    try:
-        task = asyncio.ensure_future(read_all(reader, obj, fetch, 0, MIB - 1))  # type: ignore[arg-type]
-        await until(lambda: pool.queued == 5)  # every chunk in, its decode queued
-        hold.set()
-        assert await task == obj.data[:MIB]
-        await settle(reader)
-        assert counting.calls[0][0] != 0 and counting.calls[1][0] == 0
-        assert pool.ran == [(0, True)] + [(n * 4 * MIB, False) for n in range(1, 5)]
-    finally:
-        hold.set()
-        await reader.close()
-        pool.shutdown()
+    async def close(self) -> None:
+        await self.reader.close()
+        self.pool.shutdown()
 
 
 async def _first_read_with_the_window_in_first(
     cache: ChunkCache, own_in: asyncio.Event | None = None
-) -> tuple[_RecordingPool, StoredObject, ChunkReader, asyncio.Task[bytes], asyncio.Event]:
+) -> _FirstRead:
     """A forward reader's first read on a one-thread pool, its window's bytes all in before any of its
-    own chunk's: the own chunk's GET waits for the window's to end, then for `own_in` when given."""
+    own chunk's: the own chunk's GET waits for the window's to end, then for `own_in` when given. The
+    read's task has not run yet when this returns."""
     obj = make_object(text_data(20 * MIB), chunk_size=4 * MIB, compression="on")
     pool = _RecordingPool()
     reader = ChunkReader(cache, pool, prefetch_bytes=16 * MIB)
@@ -1034,7 +1014,30 @@ async def _first_read_with_the_window_in_first(
             window_in.set()
 
     task = asyncio.ensure_future(read_all(reader, obj, fetch, 0, MIB - 1))  # type: ignore[arg-type]
-    return pool, obj, reader, task, window_in
+    return _FirstRead(pool, obj, reader, counting, window_in, task)
+
+
+async def test_the_chunk_a_reader_waits_for_decodes_ahead_of_prefetched_ones(
+    cache: ChunkCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forward reader's first GET: its own chunk is decoded as urgent work and the chunks prefetched
+    beside it are not, so on a busy pool (its one thread held until every chunk is in) the reader's
+    chunk is decoded first although its bytes came in after all the others'. (The window's decodes
+    do not wait for the reader's chunk here: that is the next test's; this is the pool's order.)"""
+    monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 0)
+    run = await _first_read_with_the_window_in_first(cache)
+    hold = threading.Event()
+    run.pool.submit(hold.wait, 10)  # before the read's task has run: it decodes nothing yet
+    try:
+        await until(lambda: run.pool.queued == 5)  # every chunk in, its decode queued
+        hold.set()
+        assert await run.task == run.obj.data[:MIB]
+        await settle(run.reader)
+        assert run.counting.calls[0][0] != 0 and run.counting.calls[1][0] == 0
+        assert run.pool.ran == [(0, True)] + [(n * 4 * MIB, False) for n in range(1, 5)]
+    finally:
+        hold.set()
+        await run.close()
 
 
 async def test_a_readers_own_chunk_decodes_before_its_window(
@@ -1044,15 +1047,14 @@ async def test_a_readers_own_chunk_decodes_before_its_window(
     an idle pool they would start the moment their bytes are in, and a decode already running is not
     overtaken by urgent work (on two cores, two of them held a first read back by 10-20 ms)."""
     monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 30.0)  # far more than the test needs
-    pool, obj, reader, task, _ = await _first_read_with_the_window_in_first(cache)
+    run = await _first_read_with_the_window_in_first(cache)
     try:
-        assert await asyncio.wait_for(task, timeout=60) == obj.data[:MIB]
-        await settle(reader)
-        assert pool.ran[0] == (0, True)
-        assert sorted(pool.ran[1:]) == [(n * 4 * MIB, False) for n in range(1, 5)]
+        assert await asyncio.wait_for(run.task, timeout=60) == run.obj.data[:MIB]
+        await settle(run.reader)
+        assert run.pool.ran[0] == (0, True)
+        assert sorted(run.pool.ran[1:]) == [(n * 4 * MIB, False) for n in range(1, 5)]
     finally:
-        await reader.close()
-        pool.shutdown()
+        await run.close()
 
 
 async def test_a_window_waits_for_the_readers_chunk_only_so_long(
@@ -1062,16 +1064,15 @@ async def test_a_window_waits_for_the_readers_chunk_only_so_long(
     OWN_FIRST_WAIT: the window's chunks decode and land in the cache while it is still on its way."""
     monkeypatch.setattr(reader_module, "OWN_FIRST_WAIT", 0.05)
     own_in = asyncio.Event()
-    pool, obj, reader, task, window_in = await _first_read_with_the_window_in_first(cache, own_in)
+    run = await _first_read_with_the_window_in_first(cache, own_in)
     try:
-        await asyncio.wait_for(window_in.wait(), timeout=60)
-        await until(lambda: len(pool.ran) == 4)
-        assert all(not urgent for _, urgent in pool.ran)
-        assert not task.done()
+        await asyncio.wait_for(run.window_in.wait(), timeout=60)
+        await until(lambda: len(run.pool.ran) == 4)
+        assert all(not urgent for _, urgent in run.pool.ran)
+        assert not run.task.done()
         own_in.set()
-        assert await asyncio.wait_for(task, timeout=60) == obj.data[:MIB]
-        assert pool.ran[4] == (0, True)
+        assert await asyncio.wait_for(run.task, timeout=60) == run.obj.data[:MIB]
+        assert run.pool.ran[4] == (0, True)
     finally:
         own_in.set()
-        await reader.close()
-        pool.shutdown()
+        await run.close()
