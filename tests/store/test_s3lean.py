@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import botocore.auth
@@ -20,6 +21,7 @@ from botocore.credentials import Credentials
 from yarl import URL
 
 from tests.support.faulty_proxy import FaultyProxy
+from tests.support.tunnel import ConnectProxy, TlsFront, certificate_for
 from tsproxy import errors
 from tsproxy.s3.sigv4 import uri_encode
 from tsproxy.store.s3 import S3Backend
@@ -327,3 +329,60 @@ def test_proxy_credentials_go_where_each_scheme_sends_them(monkeypatch: pytest.M
     assert tls_headers == {}
     monkeypatch.setenv("no_proxy", "store.example")
     assert env_proxy(URL("https://store.example/b/k")) == ({}, {})
+
+
+def test_an_https_store_is_reached_through_a_connect_tunnel_with_the_proxys_credentials(
+    seaweed: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """HTTPS_PROXY with credentials in its URL, end to end: every request to an https store (botocore's
+    and the lean path's) goes through a CONNECT tunnel that the proxy grants only with those
+    credentials, the store's certificate is checked against the CA `verify` names, and the credentials
+    never reach the store inside the tunnel. The store is SeaweedFS behind a TLS front."""
+    bucket = f"lean-{uuid.uuid4().hex[:10]}"
+    seaweed.boto3_client().create_bucket(Bucket=bucket)
+    data = os.urandom(1 << 20)
+    name = "store-behind-the-proxy.invalid"  # resolves nowhere: only the tunnel reaches it
+    certificate = certificate_for(name, tmp_path / "tls")
+    auth = "Basic " + base64.b64encode(b"relay:pass word").decode()
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield data
+
+    async def run(endpoint: str, **options: Any) -> bytes:
+        backend = S3Backend(**seaweed.backend_options(endpoint, verify=str(certificate.ca), **options))
+        await backend.start()
+        try:
+            assert backend.lean is not None
+            upload = await backend.create_multipart(bucket, "seg")
+            md5 = hashlib.md5(data).digest()
+            etag = await backend.upload_part(
+                bucket, "seg", upload, 1, pieces(), len(data), content_md5=lambda: md5
+            )
+            assert etag == md5.hex()
+            await backend.complete_multipart(bucket, "seg", upload, [(1, etag)])
+            return (await backend.get_bytes(bucket, "seg", 10, (1 << 20) - 1))[1]
+        finally:
+            await backend.close()
+
+    _no_proxy_settings(monkeypatch)
+    with (
+        TlsFront(seaweed.endpoint.removeprefix("http://"), certificate) as front,
+        ConnectProxy(f"127.0.0.1:{front.port}", auth) as proxy,
+    ):
+        endpoint = f"https://{name}:{front.port}"
+        monkeypatch.setenv("https_proxy", f"http://relay:pass%20word@127.0.0.1:{proxy.port}")
+        assert asyncio.run(run(endpoint, max_attempts=1)) == data[10:]
+        assert proxy.connects and proxy.refused == 0
+        assert {c["request"] for c in proxy.connects} == {f"CONNECT {name}:{front.port} HTTP/1.1"}
+        sent = b"".join(front.received)
+        assert f"PUT /{bucket}/seg?partNumber=1&uploadId=".encode() in sent  # the lean path's part
+        assert f"GET /{bucket}/seg HTTP/1.1".encode() in sent  # and its GET
+        assert b"POST" in sent  # botocore's create and complete
+        assert b"proxy-authorization" not in sent.lower() and b"relay" not in sent
+
+        # The wrong credentials: the proxy refuses the tunnel and the store sees nothing.
+        monkeypatch.setenv("https_proxy", f"http://relay:wrong@127.0.0.1:{proxy.port}")
+        before = len(front.received)
+        with pytest.raises(errors.S3Error):
+            asyncio.run(run(endpoint, max_attempts=1))
+        assert proxy.refused >= 1 and len(front.received) == before
