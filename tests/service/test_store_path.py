@@ -11,17 +11,20 @@ import os
 import random
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from tests.store.conftest import empty_bucket
 from tsproxy import errors
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.format import KeyRing, SegmentEncoder, TransformSettings, decode_object
 from tsproxy.service import ObjectService
 from tsproxy.store.base import MIB, Backend, multipart_of
+from tsproxy.store.s3 import S3Backend
 
 KIB = 1024
 CHUNK = 256 * KIB
@@ -277,3 +280,58 @@ async def test_the_payload_and_the_stored_bytes_are_hashed_at_once(
     [(_, body, content_md5)] = recording.sent
     assert content_md5 == hashlib.md5(body).digest()
     assert decode_object(await stored_bytes(backend, bucket, "k"), ring) == data
+
+
+class _CountingMD5:
+    """hashlib.md5 that adds the bytes it is fed to a shared count."""
+
+    real = hashlib.md5
+    lock = threading.Lock()
+    fed = 0
+
+    def __init__(self, data: bytes | bytearray | memoryview = b"", **kwargs: Any) -> None:
+        self._md5 = self.real(**kwargs)
+        if data:
+            self.update(data)
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        with self.lock:
+            type(self).fed += memoryview(data).nbytes
+        self._md5.update(data)
+
+    def digest(self) -> bytes:
+        return self._md5.digest()
+
+    def hexdigest(self) -> str:
+        return self._md5.hexdigest()
+
+
+async def test_a_put_sent_in_parts_hashes_its_stored_bytes_once(
+    seaweed: Any, ring: KeyRing, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PutObject the S3 backend sends as a multipart upload (stored beyond its part size): each part's
+    Content-MD5 is made as the part is gathered, and the whole object's MD5, which only a single
+    PutObject would carry, is not made beside them past the first part's worth: every stored byte is
+    hashed once, not twice. Counted over every MD5 made in this process while the object is stored."""
+    part = 5 * MIB
+    backend = S3Backend(**seaweed.backend_options(part_size=part))
+    await backend.start()
+    bucket = f"t-{uuid.uuid4().hex[:20]}"
+    await backend.create_bucket(bucket)
+    try:
+        svc = service(backend, ring, pool)
+        data = os.urandom(14 * MIB)  # incompressible: as many stored bytes as payload
+        monkeypatch.setattr(_CountingMD5, "fed", 0)
+        monkeypatch.setattr(hashlib, "md5", _CountingMD5)
+        await put(svc, bucket, "k", data)
+        monkeypatch.setattr(hashlib, "md5", _CountingMD5.real)
+        stored = await stored_bytes(backend, bucket, "k")
+        assert decode_object(stored, ring) == data
+        assert len(stored) > 2 * part  # sent in three parts
+        # The payload once (its ETag), the stored bytes once (the parts), and at most one part's worth
+        # of a whole-object MD5 before it is known to be of no use; two whole passes would be 2 x stored.
+        # (Had the backend asked for the whole object's MD5, BoundedMD5 would have failed the put.)
+        assert len(data) + len(stored) <= _CountingMD5.fed <= len(data) + len(stored) + part + MIB
+    finally:
+        await empty_bucket(backend, bucket)
+        await backend.close()

@@ -49,6 +49,12 @@ class S3Backend(S3Multipart):
     Implements `Backend`, `MultipartCapable` and `BucketCapable`; settings: see `S3Client`.
     """
 
+    @property
+    def whole_md5_limit(self) -> int:
+        """The largest body `put` sends in one PutObject, the only kind whose whole MD5 (`content_md5`) it
+        uses: a larger one goes in parts of `part_size`, each hashed here. A writer need not hash beyond."""
+        return self.part_size
+
     # -- buckets
 
     async def ping(self) -> None:
