@@ -56,18 +56,26 @@ class BoundedMD5:
     fits in `limit` bytes (S3Backend sends a larger one in parts, each hashed as it goes): past the limit
     it stops hashing, since a second full pass over every stored byte would be CPU nobody uses (1.4 s
     a GiB here, for a segment whose producer compressed it as many as it has payload). No limit: hashed
-    whole. Fed in order, one call at a time (the store path's lane, then the tail)."""
+    whole. Fed in order, one call at a time (the store path's lane, then the tail).
 
-    def __init__(self, limit: int | None) -> None:
+    stored_size: the object's stored size when it is known before its bytes are (chunks stored
+    uncompressed, of a declared length), else None; beyond the limit, nothing is hashed at all.
+    """
+
+    def __init__(self, limit: int | None, stored_size: Callable[[], int | None] | None = None) -> None:
         self._md5: Any = hashlib.md5(usedforsecurity=False)
         self._limit = limit
+        self._stored_size = stored_size
         self._size = 0
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
         if self._md5 is None:
             return
         self._size += memoryview(data).nbytes
-        if self._limit is not None and self._size > self._limit:
+        if self._limit is not None and (
+            self._size > self._limit
+            or (self._stored_size is not None and (self._stored_size() or 0) > self._limit)
+        ):
             self._md5 = None  # beyond what it is wanted for
             return
         self._md5.update(data)
@@ -217,11 +225,25 @@ class WriteOps(ReadOps):
         # The MD5 of the stored object (chunks, then tail), hashed as it is made: the backend's
         # Content-MD5 of an object it gets in one request is then no pass over it once it is whole. Only
         # as far as the backend would send it in one request (see BoundedMD5).
-        stored_md5 = BoundedMD5(getattr(self.backend, "whole_md5_limit", None))
+        encoders: list[SegmentEncoder] = []
+
+        def stored_size() -> int | None:
+            # The chunks' stored size, once the encoder knows it (a lower bound of the object's).
+            if size_hint is None or not encoders:
+                return None
+            return encoders[0].stored_size_if_raw(size_hint)
+
+        stored_md5 = BoundedMD5(getattr(self.backend, "whole_md5_limit", None), stored_size)
 
         async def stored() -> AsyncGenerator[bytes, None]:
             async for item in self._encode(
-                ctx, settings, 1, payload, expected_md5=content_md5, stored_md5=stored_md5
+                ctx,
+                settings,
+                1,
+                payload,
+                expected_md5=content_md5,
+                stored_md5=stored_md5,
+                on_encoder=encoders.append,
             ):
                 if isinstance(item, SegmentInfo):
                     result["segment"] = item
