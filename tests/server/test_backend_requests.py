@@ -19,7 +19,6 @@ import pytest
 
 from tests.server.conftest import start_proxy
 from tests.server.harness import RunningProxy
-from tests.support.faulty_proxy import FaultyProxy
 from tsproxy.service.reads import ReadOps
 from tsproxy.store.base import list_everything
 
@@ -387,48 +386,3 @@ def test_an_upload_spread_over_two_instances_and_a_restart_completes(
     finally:
         for proxy in reversed(running):
             proxy.stop()
-
-
-def test_a_read_from_the_first_byte_gets_the_first_chunk_beside_the_suffix(
-    request: pytest.FixtureRequest, tmp_path: Path, seaweed: object
-) -> None:
-    """A cold GET from an object's first byte (a consumer moving into a segment) sends the first
-    chunk's GET beside the suffix GET, not after it: the object's first bytes, as far as a chunk stored
-    as it is could reach, read while the tail is not known yet, and only the chunk's own bytes of them
-    kept. No third GET for that chunk; a read from elsewhere does not do it. Seen by a proxy in front of
-    SeaweedFS, by the Range of each GET."""
-    with FaultyProxy.threaded(seaweed.endpoint) as between:  # type: ignore[attr-defined]
-        running = start_proxy(
-            "seaweed", tmp_path, request, backend=between.endpoint, prefetch="0", janitor_interval="0"
-        )
-        try:
-            s3 = running.client()
-            bucket = f"t-{uuid.uuid4().hex[:12]}"
-            s3.create_bucket(Bucket=bucket)
-            # Compressible: the first chunk is stored in fewer bytes than a chunk, so its own GET would
-            # ask for another range than the one read beside the suffix.
-            data = b"".join(b'{"offset": %d, "value": "click"}\n' % i for i in range(100_000))
-            for key in ("seg.log", "other.log"):
-                s3.put_object(Bucket=bucket, Key=key, Body=data)
-            chunk = 256 << 10
-
-            def gets(key: str) -> list[str]:
-                return [
-                    s.headers.get("range", "")
-                    for s in between.seen
-                    if s.method == "GET" and s.path.startswith(f"/{bucket}/{key}")
-                ]
-
-            before = _requests(running)
-            got = s3.get_object(Bucket=bucket, Key="seg.log", Range="bytes=0-1023")["Body"].read()
-            assert got == data[:1024]
-            assert _settled(running, before, {"GetObject": 2}) == {"GetObject": 2}
-            ranges = gets("seg.log")
-            assert f"bytes=0-{chunk + 16 - 1}" in ranges and len(ranges) == 2, ranges
-            assert any(r.startswith("bytes=-") for r in ranges), ranges  # the suffix
-
-            got = s3.get_object(Bucket=bucket, Key="other.log", Range="bytes=300000-301023")["Body"].read()
-            assert got == data[300_000:301_024]
-            assert f"bytes=0-{chunk + 16 - 1}" not in gets("other.log")
-        finally:
-            running.stop()

@@ -275,17 +275,6 @@ class ChunkReader:
         self._hot.clear()
         self._versions.clear()
 
-    def seed(self, manifest: Manifest, ref: ChunkRef, stored: bytes | memoryview) -> bool:
-        """Hold stored bytes of chunk ref that a caller read from the backend itself (a cold object's
-        first chunk, fetched beside its suffix), for the read that is about to want them: decoded (and
-        verified) then, as the stored bytes of a seek are. False, holding nothing, when the chunk is
-        already in memory or on its way."""
-        key = ChunkKey(self._version(manifest), ref.segment_no, ref.chunk_no)
-        if len(stored) != ref.stored_len or key in self._hot or key in self._flights:
-            return False
-        self._keep_sealed(key, stored)
-        return True
-
     # -- one chunk ---------------------------------------------------------------------------------
 
     async def _chunk(
@@ -298,11 +287,6 @@ class ChunkReader:
         data = self._hot.get(key)
         if data is None and fut is None and key in self._promoting:
             data = await wait(self._promoting[key])  # None: evicted from the disk cache meanwhile
-        # A chunk whose stored bytes are held (seed, a seek's) is decoded here: the chunks ahead are
-        # sent for first, so that their GET does not wait for that decode.
-        ahead_first = data is None and fut is None and self._hot.get(Sealed(key)) is not None
-        if ahead_first:
-            await self._schedule_ahead(rd, i, ref, position)
         if data is None and fut is None:
             fut = self._flights.join(key)
             if fut is None:
@@ -310,8 +294,9 @@ class ChunkReader:
         if fut is None and data is None:
             fut = await self._fetch_foreground(rd, i, ref, position)
             rd.own = fut
-        if not ahead_first:
-            await self._schedule_ahead(rd, i, ref, position)
+        self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
+        await self._read_ahead(rd, position)
+        self._promote_ahead(rd, i)
         if data is None:
             assert fut is not None
             data = await self._wait(rd, i, ref, fut, part)
@@ -319,12 +304,6 @@ class ChunkReader:
         else:
             self._count_cache("hit", ref.original_len)
         return data
-
-    async def _schedule_ahead(self, rd: _Read, i: int, ref: ChunkRef, position: int) -> None:
-        """Note how far the read has scheduled, and send for (or promote) the chunks ahead of chunk i."""
-        self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
-        await self._read_ahead(rd, position)
-        self._promote_ahead(rd, i)
 
     async def _wait(
         self, rd: _Read, i: int, ref: ChunkRef, fut: asyncio.Future[Loaded], part: Span | None

@@ -60,18 +60,8 @@ async def head_object(ex: Exchange) -> web.StreamResponse:
     return await _send_object(ex, obj, head=True)
 
 
-def _reads_from_start(ex: Exchange) -> bool:
-    """Whether a GET asks for its object from the first byte (the whole object, part 1, or a range
-    that starts at 0), told from the request alone, before the object is known."""
-    part_no = _part_number(ex.query)
-    if part_no is not None:
-        return part_no == 1
-    wanted = ex.request.headers.get("Range")
-    return wanted is None or wanted.replace(" ", "").lower().startswith("bytes=0-")
-
-
 async def get_object(ex: Exchange) -> web.StreamResponse:
-    obj = await ex.service.resolve(ex.bucket, ex.key, read_from=0 if _reads_from_start(ex) else None)
+    obj = await ex.service.resolve(ex.bucket, ex.key)
     try:
         return await _send_object(ex, obj, head=False)
     except ObjectChanged:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
 from tsproxy import errors
 from tsproxy.format import decode_tail
-from tsproxy.format.context import TAG_SIZE
 from tsproxy.format.manifest import META_FORMAT
 from tsproxy.format.tail import TAIL_GUESS, find_tail, first_read, metadata_guess
 from tsproxy.service.core import (
@@ -20,7 +17,7 @@ from tsproxy.service.records import (
     ObjectChanged,
     StoredObject,
 )
-from tsproxy.store.base import ObjectInfo, ObjectReader
+from tsproxy.store.base import ObjectInfo
 
 
 class ReadOps(ServiceCore):
@@ -30,16 +27,12 @@ class ReadOps(ServiceCore):
 
     # -- reading ---------------------------------------------------------------------------------
 
-    async def resolve(self, bucket: str, key: str, *, read_from: int | None = None) -> StoredObject:
+    async def resolve(self, bucket: str, key: str) -> StoredObject:
         """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent.
 
         One backend request in the usual case: a suffix GET of `tail_guess` bytes answers with the
         object's size (its Content-Range), ETag and metadata, and holds the tail of any ordinary
         tsproxy object; only a longer tail takes one more GET, pinned to that ETag.
-
-        read_from 0: the caller is about to read from the object's first byte (a consumer moving into
-        a segment, a whole-object GET). The first chunk's stored bytes are then read beside the suffix
-        (see _first_chunk), so the read does not wait for the suffix's round trip before its own.
         """
         cached = self._objects.get((bucket, key))
         if cached is not None:
@@ -49,54 +42,6 @@ class ReadOps(ServiceCore):
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
         loc = self.ns.object(bucket, key)
-        first_chunk = None
-        if read_from == 0:
-            first_chunk = asyncio.ensure_future(self._first_chunk(loc))
-        try:
-            obj = await self._resolve(bucket, key, loc)
-            if first_chunk is not None:
-                await self._seed_first_chunk(obj, first_chunk)
-            return obj
-        finally:
-            if first_chunk is not None:
-                await _discard(first_chunk)
-
-    async def _first_chunk(self, loc: Location) -> ObjectReader | None:
-        """The object's body from its first byte, as far as its first chunk can reach (a chunk of this
-        instance's chunk size stored as it is, and its tag), open; None when it cannot be had (the
-        request's own failure is for the suffix GET beside it to report)."""
-        try:
-            return await self.backend.get(loc.bucket, loc.key, 0, self.settings.chunk_size + TAG_SIZE - 1)
-        except errors.S3Error:
-            return None
-
-    async def _seed_first_chunk(
-        self, obj: StoredObject, first_chunk: asyncio.Future[ObjectReader | None]
-    ) -> None:
-        """Hand the reader the first chunk's stored bytes, read beside the suffix, when they are of the
-        version resolved (same backend ETag): only as many as the chunk has, then the body is let go."""
-        if obj.manifest is None or obj.ctx is None or len(obj.manifest.index) == 0:
-            return
-        body = await first_chunk
-        ref = obj.manifest.index.chunk(0)
-        if (
-            body is None
-            or body.info.etag != obj.backend_etag
-            or ref.stored_len > self.settings.chunk_size + TAG_SIZE
-        ):
-            return
-        got = bytearray()
-        try:
-            async for piece in body:
-                got += piece
-                if len(got) >= ref.stored_len:
-                    break
-        except errors.S3Error:
-            return
-        if len(got) >= ref.stored_len:
-            self.reader.seed(obj.manifest, ref, bytes(got[: ref.stored_len]))
-
-    async def _resolve(self, bucket: str, key: str, loc: Location) -> StoredObject:
         for attempt in range(3):
             try:
                 info, end = await self._suffix(loc)
@@ -241,13 +186,3 @@ class ReadOps(ServiceCore):
                 yield piece
         finally:
             await reader.close()
-
-
-async def _discard(first_chunk: asyncio.Future[ObjectReader | None]) -> None:
-    """Close the first chunk's body (read or not), or cancel its request if it has not answered yet."""
-    if not first_chunk.done():
-        first_chunk.cancel()
-    with contextlib.suppress(BaseException):
-        body = await first_chunk
-        if body is not None:
-            await body.close()
