@@ -23,12 +23,12 @@ from tests.support.kafka_batches import producer_batch
 from tsproxy import errors
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.format import KeyRing, SegmentEncoder, TransformSettings, decode_object
+from tsproxy.kafka.codecs import CODEC_ZSTD
 from tsproxy.service import ObjectService
 from tsproxy.store.base import MIB, Backend, multipart_of
 from tsproxy.store.s3 import S3Backend
 
 KIB = 1024
-CODEC_ZSTD = 4  # a Kafka record batch's codec bits
 CHUNK = 256 * KIB
 
 

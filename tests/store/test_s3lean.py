@@ -266,6 +266,29 @@ def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.upper(), raising=False)
 
 
+async def _streamed_part_then_get(options: dict[str, Any], bucket: str, data: bytes) -> tuple[str, bytes]:
+    """Over an S3Backend made with `options`: `data` uploaded as the one part of a multipart upload,
+    streamed by the lean path, completed, then read back from its byte 10 by a lean GET. The part's
+    ETag and the bytes read."""
+    backend = S3Backend(**options)
+    await backend.start()
+    try:
+        assert backend.lean is not None
+        upload = await backend.create_multipart(bucket, "seg")
+        md5 = hashlib.md5(data).digest()
+
+        async def pieces() -> AsyncIterator[bytes]:
+            yield data
+
+        etag = await backend.upload_part(
+            bucket, "seg", upload, 1, pieces(), len(data), content_md5=lambda: md5
+        )
+        await backend.complete_multipart(bucket, "seg", upload, [(1, etag)])
+        return etag, (await backend.get_bytes(bucket, "seg", 10, len(data) - 1))[1]
+    finally:
+        await backend.close()
+
+
 def test_gets_and_streamed_parts_go_through_the_proxy_the_environment_names(
     seaweed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -278,29 +301,14 @@ def test_gets_and_streamed_parts_go_through_the_proxy_the_environment_names(
     # No resolver knows this name: only the proxy, which sends everything to SeaweedFS, can reach it.
     behind = f"http://store-behind-the-proxy.invalid:{port}"
 
-    async def pieces() -> AsyncIterator[bytes]:
-        yield data
-
-    async def run(endpoint: str) -> bytes:
-        backend = S3Backend(**seaweed.backend_options(endpoint))
-        await backend.start()
-        try:
-            assert backend.lean is not None
-            upload = await backend.create_multipart(bucket, "seg")
-            md5 = hashlib.md5(data).digest()
-            etag = await backend.upload_part(
-                bucket, "seg", upload, 1, pieces(), len(data), content_md5=lambda: md5
-            )
-            await backend.complete_multipart(bucket, "seg", upload, [(1, etag)])
-            return (await backend.get_bytes(bucket, "seg", 10, (1 << 20) - 1))[1]
-        finally:
-            await backend.close()
+    def run(endpoint: str) -> bytes:
+        return asyncio.run(_streamed_part_then_get(seaweed.backend_options(endpoint), bucket, data))[1]
 
     _no_proxy_settings(monkeypatch)
     with FaultyProxy.threaded(seaweed.endpoint) as proxy:
         named = proxy.endpoint.replace("http://", "http://relay:pass%20word@")
         monkeypatch.setenv("http_proxy", named)
-        assert asyncio.run(run(behind)) == data[10:]
+        assert run(behind) == data[10:]
         lean = [s for s in proxy.seen if s.path.startswith(f"/{bucket}/seg?partNumber") or s.method == "GET"]
         assert {s.method for s in lean} >= {"PUT", "GET"}
         assert all(s.headers.get("host") == behind.removeprefix("http://") for s in proxy.seen)
@@ -309,7 +317,7 @@ def test_gets_and_streamed_parts_go_through_the_proxy_the_environment_names(
 
         before = len(proxy.seen)
         monkeypatch.setenv("no_proxy", "127.0.0.1")
-        assert asyncio.run(run(seaweed.endpoint)) == data[10:]
+        assert run(seaweed.endpoint) == data[10:]
         assert len(proxy.seen) == before
 
 
@@ -345,24 +353,11 @@ def test_an_https_store_is_reached_through_a_connect_tunnel_with_the_proxys_cred
     certificate = certificate_for(name, tmp_path / "tls")
     auth = "Basic " + base64.b64encode(b"relay:pass word").decode()
 
-    async def pieces() -> AsyncIterator[bytes]:
-        yield data
-
-    async def run(endpoint: str, **options: Any) -> bytes:
-        backend = S3Backend(**seaweed.backend_options(endpoint, verify=str(certificate.ca), **options))
-        await backend.start()
-        try:
-            assert backend.lean is not None
-            upload = await backend.create_multipart(bucket, "seg")
-            md5 = hashlib.md5(data).digest()
-            etag = await backend.upload_part(
-                bucket, "seg", upload, 1, pieces(), len(data), content_md5=lambda: md5
-            )
-            assert etag == md5.hex()
-            await backend.complete_multipart(bucket, "seg", upload, [(1, etag)])
-            return (await backend.get_bytes(bucket, "seg", 10, (1 << 20) - 1))[1]
-        finally:
-            await backend.close()
+    def run(endpoint: str) -> bytes:
+        options = seaweed.backend_options(endpoint, verify=str(certificate.ca), max_attempts=1)
+        etag, got = asyncio.run(_streamed_part_then_get(options, bucket, data))
+        assert etag == hashlib.md5(data).hexdigest()
+        return got
 
     _no_proxy_settings(monkeypatch)
     with (
@@ -371,7 +366,7 @@ def test_an_https_store_is_reached_through_a_connect_tunnel_with_the_proxys_cred
     ):
         endpoint = f"https://{name}:{front.port}"
         monkeypatch.setenv("https_proxy", f"http://relay:pass%20word@127.0.0.1:{proxy.port}")
-        assert asyncio.run(run(endpoint, max_attempts=1)) == data[10:]
+        assert run(endpoint) == data[10:]
         assert proxy.connects and proxy.refused == 0
         assert {c["request"] for c in proxy.connects} == {f"CONNECT {name}:{front.port} HTTP/1.1"}
         sent = b"".join(front.received)
@@ -384,5 +379,5 @@ def test_an_https_store_is_reached_through_a_connect_tunnel_with_the_proxys_cred
         monkeypatch.setenv("https_proxy", f"http://relay:wrong@127.0.0.1:{proxy.port}")
         before = len(front.received)
         with pytest.raises(errors.S3Error):
-            asyncio.run(run(endpoint, max_attempts=1))
+            run(endpoint)
         assert proxy.refused >= 1 and len(front.received) == before

@@ -49,19 +49,28 @@ class Certificate:
     key: Path
 
 
-def certificate_for(host: str, directory: Path) -> Certificate:
-    """A CA made for this call and a certificate for `host` (and 127.0.0.1) it signed, as PEM files."""
+def _valid_for_a_day(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey
+) -> x509.CertificateBuilder:
+    """A certificate for `key`'s public half, valid from five minutes ago for a day; extensions to add."""
     now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tsproxy test CA")])
-    ca = (
+    return (
         x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
+    )
+
+
+def certificate_for(host: str, directory: Path) -> Certificate:
+    """A CA made for this call and a certificate for `host` (and 127.0.0.1) it signed, as PEM files."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tsproxy test CA")])
+    ca = (
+        _valid_for_a_day(ca_name, ca_name, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_CA_USAGE, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
@@ -69,13 +78,7 @@ def certificate_for(host: str, directory: Path) -> Certificate:
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        _valid_for_a_day(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]), ca_name, key)
         .add_extension(
             x509.SubjectAlternativeName([x509.DNSName(host), x509.IPAddress(ipaddress.ip_address(HOST))]),
             critical=False,
