@@ -54,10 +54,9 @@ def tsproxy_cli(
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(BLOCKER)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"},
         "PYTHONPATH": os.pathsep.join([str(site), str(TREE)]),
         "TEST_IMPORT_BLOCK": block,
-        "PYSPARK_PYTHON": sys.executable,
     }
     code = "import sys; from tsproxy.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(

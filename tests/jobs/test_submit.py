@@ -41,7 +41,10 @@ def test_verify_under_spark_submit(tmp_path: Path) -> None:
     argv = [str(submit), "--master", "local[1]", tsproxy.jobs.cli.__file__, "verify", "--bucket", "submitted"]
     argv += ["--backend", f"file://{tmp_path / 'store'}", "--key-ring", str(tmp_path / "ring.json")]
     argv += ["--output", str(out)]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    # spark-submit starts the driver with `python3` unless told otherwise: that choice is the user's
+    # (PYSPARK_DRIVER_PYTHON or spark.pyspark.driver.python); the workers' Python is then tsproxy's.
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "CORRUPT: bad" in done.stdout

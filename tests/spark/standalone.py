@@ -28,12 +28,13 @@ START_TIMEOUT = 120.0
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    # No PYSPARK_PYTHON: the jobs and the export give the executors tsproxy's Python themselves. The
+    # driver's Python under spark-submit is the user's choice (spark-submit's default is `python3`).
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     env.update(
         SPARK_HOME=str(SPARK_HOME),
         SPARK_LOCAL_IP=HOST,
         SPARK_LOCAL_HOSTNAME="localhost",
-        PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_DAEMON_MEMORY="512m",
     )

@@ -78,8 +78,8 @@ def tsproxy_export(tiered: Tiered, tmp_path: Path, *extra: str) -> subprocess.Co
         "--access-key", o["accessKey"], "--secret-key", o["secretKey"], "--output", str(tmp_path / "out"),
         "--conf", "spark.ui.enabled=false", *extra,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(TREE), "PYSPARK_PYTHON": sys.executable}
-    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env["PYTHONPATH"] = str(TREE)
     return subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 

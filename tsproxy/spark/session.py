@@ -1,8 +1,8 @@
 """A SparkSession for tsproxy's jobs: local[*] by default, any master when given.
 
-On a local master, Python workers run the interpreter that runs the driver (the one tsproxy is
-installed in) unless PYSPARK_PYTHON says otherwise; Spark's console progress bar is off because the
-jobs report their own progress.
+Python workers run the interpreter that runs the driver (the one tsproxy is installed in), on every
+master, unless PYSPARK_PYTHON or `spark.pyspark.python` names another; Spark's console progress bar
+is off because the jobs report their own progress.
 
 When tsproxy starts the JVM itself (not under spark-submit), Spark logs with log4j2.properties next to
 this module: errors only, and no task failure stack traces (the commands end with one line saying why
@@ -38,17 +38,12 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         **(conf or {}),
     }
+    worker_python(settings)  # before the JVM starts: it reads the variable once, at its start
     quiet = _starts_jvm(SparkContext)
     if quiet:
         settings[DRIVER_JAVA_OPTIONS] = quiet_java_options(settings.get(DRIVER_JAVA_OPTIONS, ""))
     if master is None and not _submitted_master(SparkConf, SparkContext, settings):
         master = "local[*]"  # not under spark-submit: run on this machine
-
-    if master and master.startswith("local"):
-        # PySpark takes the Python of its workers (and of data source planning) from this variable;
-        # locally that must be this interpreter, the one tsproxy is installed in. Under spark-submit
-        # the cluster's own setting stands.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -62,6 +57,21 @@ def spark_session(
     # One line naming where the work runs: a job meant for a cluster that ran locally is obvious.
     print(f"{app_name}: Spark {spark.version} on {spark.sparkContext.master}", file=sys.stderr, flush=True)
     return spark
+
+
+def worker_python(settings: Mapping[str, str]) -> str:
+    """Make Spark's Python workers (and its data source planning) run the Python the user configured,
+    else this interpreter, the one tsproxy is installed in; returns the one chosen.
+
+    PySpark takes the workers' Python from PYSPARK_PYTHON alone (`python3` on the PATH without it, which
+    seldom has tsproxy): `spark.pyspark.python` in the command's `--conf` is honoured by setting it there,
+    and spark-submit turns its own `spark.pyspark.python` into the variable before this process starts.
+    On a cluster the path must exist on every node (docs/PIPELINE.md).
+    """
+    configured = settings.get("spark.pyspark.python")
+    if configured:
+        os.environ["PYSPARK_PYTHON"] = configured
+    return os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def quiet_java_options(options: str) -> str:
