@@ -6,6 +6,8 @@
 - `seaweed_backend`: a started S3Backend on `seaweed` (fast backoff for tests).
 - `backend`: each of the two, for contract tests (parametrized "local" / "seaweed").
 - `faulty_proxy`: a started FaultyProxy in front of `seaweed`, see tests/support/faulty_proxy.py.
+- `default_ports_held` (session, autouse): tsproxy's default ports are taken for the whole run, as a
+  `make run` beside `make test` takes them, so a test that binds one without saying so fails here.
 
 A failed test that used `seaweed` gets the end of the SeaweedFS log in its report.
 """
@@ -25,10 +27,18 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from tests.support.faulty_proxy import FaultyProxy  # noqa: E402
+from tests.support.ports import hold_default_ports  # noqa: E402
 from tests.support.seaweed import SeaweedFS  # noqa: E402
 from tsproxy.store.base import Backend  # noqa: E402
 from tsproxy.store.local import LocalBackend  # noqa: E402
 from tsproxy.store.s3 import S3Backend  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_ports_held() -> Iterator[list[tuple[str, int]]]:
+    """Listen on tsproxy's default ports (those still free) while the tests run: no test may need them."""
+    with hold_default_ports() as held:
+        yield held
 
 
 @pytest.fixture(scope="session")

@@ -105,9 +105,13 @@ def test_dev_defaults_print_how_to_connect(served: Served, tmp_path: Path) -> No
     assert 'tsproxy_requests_total{operation="PutObject",status="200"} 1.0' in metrics
 
 
+def _free_ports() -> list[str]:
+    return ["--listen", f"127.0.0.1:{free_port()}", "--metrics-listen", f"127.0.0.1:{free_port()}"]
+
+
 def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--chunk-size", "12KiB"],
+        [sys.executable, "-m", "tsproxy.cli", "serve", *_free_ports(), "--chunk-size", "12KiB"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -119,7 +123,7 @@ def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
     ]
     (tmp_path / "bad.toml").write_text("cache_size = 'lots'\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--config", "bad.toml"],
+        [sys.executable, "-m", "tsproxy.cli", "serve", *_free_ports(), "--config", "bad.toml"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -129,7 +133,7 @@ def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
         proc.returncode == 2 and "cache_size (bad.toml)" in proc.stderr and len(proc.stderr.splitlines()) == 1
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--backend", "http://127.0.0.1:1"],
+        [sys.executable, "-m", "tsproxy.cli", "serve", *_free_ports(), "--backend", "http://127.0.0.1:1"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

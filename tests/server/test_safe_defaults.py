@@ -286,7 +286,10 @@ def _run_serve(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subp
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TSPROXY_")}
     environment.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "tsproxy.cli", "serve", "--listen", f"127.0.0.1:{free_port()}", *args],
+        [
+            *(sys.executable, "-m", "tsproxy.cli", "serve", "--listen", f"127.0.0.1:{free_port()}"),
+            *("--metrics-listen", f"127.0.0.1:{free_port()}", *args),
+        ],
         cwd=cwd,
         env=environment,
         capture_output=True,

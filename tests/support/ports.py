@@ -6,8 +6,10 @@ server should retry with new ports when it fails to bind (tests/support/seaweed.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
+from collections.abc import Iterator
 
 HOST = "127.0.0.1"
 
@@ -77,3 +79,28 @@ def free_ports_with_offset(count: int, offset: int = 10000, host: str = HOST) ->
         taken.update((port, twin))
         ports.append(port)
     return ports
+
+
+def default_ports() -> list[tuple[str, int]]:
+    """The addresses `tsproxy serve` listens on when not told otherwise (S3 API, metrics)."""
+    from tsproxy import defaults
+
+    return [defaults.LISTEN, defaults.METRICS_LISTEN]
+
+
+@contextlib.contextmanager
+def hold_default_ports() -> Iterator[list[tuple[str, int]]]:
+    """Listen on tsproxy's default addresses while the block runs, as a `tsproxy serve` started with
+    its defaults would; yields those taken here (one already in use is held by someone else anyway)."""
+    held: list[tuple[str, int]] = []
+    with contextlib.ExitStack() as stack:
+        for host, port in default_ports():
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            s.listen()  # a listening socket: a SO_REUSEADDR bind (aiohttp's) fails on it too
+            held.append((host, port))
+        yield held
