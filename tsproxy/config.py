@@ -552,6 +552,17 @@ def _validate_backend_url(url: str, origin: str) -> None:
         fail("backend", f"{url!r} has a query or fragment; the backend URL is scheme://host:port only")
 
 
+# Paths a config file names, which are relative to the file's directory (as one reads the file).
+_FILE_RELATIVE = frozenset({"key_ring"})
+
+
+def _relative_to(directory: Path, value: str) -> str:
+    """A path from a config file: relative ones joined to the file's directory ('ring.json' stays
+    'ring.json' for a file in the working directory)."""
+    path = Path(value).expanduser()
+    return value if path.is_absolute() else str(directory / path)
+
+
 def _unknown_environment(env: Mapping[str, str]) -> None:
     """A misspelt TSPROXY_* variable is an error, as an unknown key in the TOML file is."""
     known = {name.upper() for name in _PARSERS} | _OTHER_ENV
@@ -602,7 +613,11 @@ def load(
                 where["credentials"] = str(path)
                 continue
             if name not in _PARSERS:
-                raise ConfigError(f"config: unknown setting {name!r} in {path}")
+                close = difflib.get_close_matches(name, [*sorted(_PARSERS), "credentials"], n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"config: unknown setting {name!r} in {path}{hint}")
+            if name in _FILE_RELATIVE and isinstance(raw, str) and not _is_off(raw):
+                raw = _relative_to(Path(path).parent, raw)
             values[name], where[name] = raw, str(path)
 
     for name in _PARSERS:

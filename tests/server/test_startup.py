@@ -124,7 +124,9 @@ def test_unknown_environment_variable_is_refused_like_an_unknown_toml_key(tmp_pa
     (tmp_path / "t.toml").write_text("chunksize = '1MiB'\n")
     proc = _run(tmp_path, "--config", "t.toml")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["tsproxy: config: unknown setting 'chunksize' in t.toml"]
+    assert proc.stderr.strip().splitlines() == [
+        "tsproxy: config: unknown setting 'chunksize' in t.toml (did you mean 'chunk_size'?)"
+    ]
 
 
 def test_debug_adds_the_traceback(tmp_path: Path) -> None:
@@ -264,3 +266,33 @@ def test_check_names_what_is_wrong_with_the_backend(
         and failed[0].startswith(says.format(endpoint=env["TSPROXY_BACKEND"], bucket=seaweed_bucket))
     ), proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_check_without_backend_bucket_writes_only_where_tsproxy_already_is(
+    tmp_path: Path, ring: str, seaweed: Any
+) -> None:
+    """Without backend_bucket every bucket of the store is a client's, or another application's: the
+    write probe goes only into one that already holds tsproxy's own objects, never the first listed."""
+    from tests.support.faulty_proxy import FaultyProxy
+
+    other = seaweed.new_bucket("0000-other-app")  # listed before any test bucket
+    ours = seaweed.new_bucket("0001-tsproxy")
+    try:
+        admin = seaweed.boto3_client()
+        admin.put_object(Bucket=other, Key="their-object", Body=b"not tsproxy's")
+        with FaultyProxy.threaded(seaweed.endpoint) as spy:
+            env = _weed_env(seaweed, TSPROXY_BACKEND=spy.endpoint)
+            proc = _run(tmp_path, "--check", "--key-ring", ring, env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert spy.count(path=rf"^/{other}/", method="PUT") == 0
+            # Once a bucket holds tsproxy's objects (its size catalog), the probe writes there.
+            admin.put_object(Bucket=ours, Key=".tsproxy/catalog/00000001", Body=b"")
+            spy.clear()
+            proc = _run(tmp_path, "--check", "--key-ring", ring, env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert spy.count(path=rf"^/{other}/", method="PUT") == 0
+            (objects,) = [line for line in proc.stdout.splitlines() if " objects: " in line]
+            assert "wrote, read and deleted " in objects and f"{other}/" not in objects
+    finally:
+        seaweed.remove_bucket(other)
+        seaweed.remove_bucket(ours)

@@ -62,6 +62,7 @@ class Proxy:
         self.keyring: KeyRing | None = None
         self.key_ring_state: str | None = None
         self.cache: ChunkCache | None = None
+        self.cache_lock: startup.CacheDirLock | None = None
         self.reader: ChunkReader | None = None
         self.service: ObjectService | None = None
         self.catalog: SizeCatalog | None = None
@@ -89,16 +90,17 @@ class Proxy:
         """
         cfg = self.cfg
         logging.getLogger("tsproxy.access").disabled = not cfg.access_log
-        # Check everything before creating anything: a refused key ring or cache directory leaves no trace.
+        # Check everything before creating anything: a refused key ring or cache directory leaves no trace,
+        # and a development ring is generated only once the cache is open and locked.
         await asyncio.to_thread(startup.check_cache_dir, cfg, create=False)
-        if cfg.encryption and cfg.key_ring is not None:
-            self._ring_stamp = _file_stamp(cfg.key_ring)
-            ring, self.key_ring_state = await asyncio.to_thread(startup.load_keyring, cfg)
-            self.keyring = ring
-            self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
+        generate_ring = startup.generates_keyring(cfg)
+        if cfg.encryption and cfg.key_ring is not None and not generate_ring:
+            await self._load_keyring()
         await asyncio.to_thread(startup.check_cache_dir, cfg, create=True)
         caching = cfg.cache_settings()
         if caching.directory is not None:
+            self.cache_lock = startup.CacheDirLock(cfg, caching.directory)
+            await asyncio.to_thread(self.cache_lock.acquire)
             # Cached chunks are the stored bytes (sealed under their object's DEK when it is encrypted):
             # the cache needs no key of its own, whatever cache_encrypt says.
             try:
@@ -112,6 +114,11 @@ class Proxy:
                 )
             except Exception as e:  # sqlite3 "unable to open database file" and kin
                 raise startup.cache_error(cfg, e) from e
+            if not self.cache_lock.still_held():  # a damaged cache was moved aside: lock the new one
+                self.cache_lock.release()
+                await asyncio.to_thread(self.cache_lock.acquire)
+        if generate_ring:
+            await self._load_keyring()
         await self.store.start()
         self.reader = ChunkReader(
             self.cache,
@@ -164,6 +171,13 @@ class Proxy:
             )
         self.ready = True
 
+    async def _load_keyring(self) -> None:
+        assert self.cfg.key_ring is not None
+        self._ring_stamp = _file_stamp(self.cfg.key_ring)
+        ring, self.key_ring_state = await asyncio.to_thread(startup.load_keyring, self.cfg)
+        self.keyring = ring
+        self.metrics.key_ring_loaded(ring.ids(), ring.active_id)
+
     async def stop(self) -> None:
         self.ready = False
         for task in (self._watcher, self._prober, self._sweeper, self._releaser):
@@ -194,6 +208,8 @@ class Proxy:
         await self.store.close()
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)
+        if self.cache_lock is not None:
+            self.cache_lock.release()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.io_executor.shutdown(wait=False, cancel_futures=True)
 

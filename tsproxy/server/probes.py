@@ -166,20 +166,38 @@ async def probe(
     return findings
 
 
-def _probe_location(namespace: Namespace, buckets: list[str], name: str) -> Location | None:
-    """Where the probe object goes: the reserved namespace, where no client can name it."""
+PROBE_BUCKETS_LOOKED_AT = 20  # buckets asked whether they hold tsproxy's objects, without backend_bucket
+
+
+async def _probe_location(
+    backend: Backend, namespace: Namespace, buckets: list[str], name: str
+) -> Location | None:
+    """Where the probe object goes: the reserved namespace, where no client can name it, of the
+    backend bucket, else of a bucket that already holds tsproxy's own objects. Never another bucket:
+    a store shared with other applications has buckets tsproxy has no business writing into."""
     if namespace.backend_bucket is not None:
         return Location(namespace.backend_bucket, f"{namespace.backend_prefix}{INTERNAL}{name}")
-    if not buckets:
-        return None
-    return namespace.internal(buckets[0], name)
+    for bucket in buckets[:PROBE_BUCKETS_LOOKED_AT]:
+        home = namespace.internal(bucket, "")
+        try:
+            page = await _step(backend.list(home.bucket, prefix=home.key, max_keys=1))
+        except Exception:  # another region, or no right to list it: not tsproxy's
+            continue
+        if page.objects or page.common_prefixes:
+            return namespace.internal(bucket, name)
+    return None
 
 
 async def _probe_object(backend: Backend, namespace: Namespace, buckets: list[str], endpoint: str) -> Finding:
     name = f"probe-{secrets.token_hex(8)}"
-    where = _probe_location(namespace, buckets, name)
+    where = await _probe_location(backend, namespace, buckets, name)
     if where is None:
-        return Finding("objects", True, "no bucket in the store yet; write probe skipped")
+        return Finding(
+            "objects",
+            True,
+            "no bucket holds tsproxy's objects yet; write probe skipped (with backend_bucket set, it "
+            "writes there)",
+        )
     body = f"tsproxy probe {name}".encode()
     step = "write"
     try:

@@ -9,6 +9,7 @@ kept) and then probes the backend: that is `tsproxy serve --check`.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import socket
@@ -95,6 +96,63 @@ def cache_error(cfg: Config, error: BaseException) -> ConfigError:
     """The one line for a cache directory that could not be opened (sqlite, diskcache, the OS)."""
     reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
     return ConfigError(f"{_name(cfg, 'cache_dir')}: cannot use {cfg.cache_dir} as the chunk cache: {reason}")
+
+
+def generates_keyring(cfg: Config) -> bool:
+    """Whether the start will generate the development key ring (none named, none there yet)."""
+    ring = cfg.key_ring
+    return bool(cfg.encryption and cfg.dev_key_ring and ring is not None and not ring.exists())
+
+
+LOCK_NAME = "tsproxy.lock"
+
+
+class CacheDirLock:
+    """One tsproxy per cache directory: an exclusive lock on a file in it, held while the server runs.
+
+    Two instances on one cache would each evict and count the other's entries as their own. The lock
+    is the kernel's (flock), so it goes with the process, however it ends; the file holds the holder's
+    process id for the message a second instance prints.
+    """
+
+    def __init__(self, cfg: Config, directory: Path) -> None:
+        self.cfg = cfg
+        self.path = directory / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock; ConfigError (one line) when another process holds it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                why = f"cannot lock {self.path}: {e.strerror}"
+                raise ConfigError(f"{_name(self.cfg, 'cache_dir')}: {why}") from e
+            who = f"another tsproxy (pid {holder})" if holder.isdigit() else "another tsproxy"
+            raise ConfigError(
+                f"{_name(self.cfg, 'cache_dir')}: {self.path.parent} is in use by {who}; "
+                "give each instance a cache_dir of its own"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def still_held(self) -> bool:
+        """Whether the locked file is still the directory's (a damaged cache is moved aside or emptied)."""
+        if self._fd is None:
+            return False
+        try:
+            return os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return False
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # the lock goes with the descriptor; the file stays for the next start
+            self._fd = None
 
 
 def check_cache_dir(cfg: Config, *, create: bool) -> None:
