@@ -235,7 +235,8 @@ def test_spark_export_failure_is_one_line(
     args.secret_key = "wrong"
     assert cli.run_command(args, spark) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("tsproxy export: failed: AccessDenied: ") and "check accessKey/secretKey" in err
+    assert err.startswith("tsproxy export: failed: AccessDenied: ")
+    assert "check --access-key/--secret-key" in err
 
 
 def test_spark_submit_entry_rejects_bad_flags_before_starting_spark(

@@ -103,7 +103,10 @@ def job_from_args(args: argparse.Namespace) -> ExportJob:
         "keyRing": args.key_ring, "isolationLevel": args.isolation_level,
     }  # fmt: skip
     source = {name: value for name, value in given.items() if value is not None}
-    read = parse_read_options(source)
+    try:
+        read = parse_read_options(source)
+    except OptionError as e:
+        raise OptionError(as_flags(str(e))) from None
     output_store = None
     if args.output.startswith("s3://"):
         access = args.output_access_key or read.store.access_key
@@ -182,16 +185,36 @@ def _report(summary: ExportSummary, json_path: str | None) -> None:
 _OUR_ERROR = re.compile(r"^(tsproxy\.[\w.]+): (.+)$", re.MULTILINE)
 
 
+# The data source's option names that its messages use, as this command's flags (the export passes
+# its flags to the source as these options).
+OPTION_FLAGS = {
+    "accessKey": "--access-key",
+    "secretKey": "--secret-key",
+    "keyRing": "--key-ring",
+    "skipCorrupt": "--skip-corrupt",
+    "topicPattern": "--topic-pattern",
+    "isolationLevel": "--isolation-level",
+}
+_OPTION_NAME = re.compile(r"'?\b(" + "|".join(OPTION_FLAGS) + r")\b'?")
+
+
 def explain(e: BaseException) -> str:
-    """One line for an export failure: our own error's message, even from inside a Spark task failure."""
+    """One line for an export failure: our own error's message, even from inside a Spark task failure,
+    naming the command's flags where the data source's message names its options."""
     if isinstance(e, TsproxyError):
-        return f"{type(e).__name__}: {e}"
-    found = _OUR_ERROR.findall(str(e))
-    if found:
+        line = f"{type(e).__name__}: {e}"
+    elif found := _OUR_ERROR.findall(str(e)):
         name, message = found[-1]
-        return f"{name.rsplit('.', 1)[-1]}: {message.strip()}"
-    first = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {first[0] if first else ''}"
+        line = f"{name.rsplit('.', 1)[-1]}: {message.strip()}"
+    else:
+        first = str(e).strip().splitlines()
+        line = f"{type(e).__name__}: {first[0] if first else ''}"
+    return as_flags(line)
+
+
+def as_flags(message: str) -> str:
+    """A data source message with its option names replaced by the export's flags."""
+    return _OPTION_NAME.sub(lambda m: OPTION_FLAGS[m.group(1)], message)
 
 
 def submit_main(argv: Sequence[str] | None = None) -> int:
