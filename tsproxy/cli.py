@@ -164,10 +164,11 @@ def _starting(step: Callable[[], T], debug: bool, started: Sequence[bool] = ()) 
 
 
 # The pipeline's commands pull in pyarrow and pyspark: imported only when asked for, so that `serve`
-# starts fast and small.
+# starts fast and small (the demo's data writer too).
 PIPELINE_COMMANDS = {
     "export": ("tsproxy.spark.cli", "export tiered Kafka segments to Parquet (on Spark)"),
     "jobs": ("tsproxy.jobs.cli", "bulk maintenance on Spark: rewrap, verify, inventory, migrate"),
+    "demo": ("tsproxy.demo", "write sample Kafka tiered segments through a tsproxy, to try export and jobs"),
 }
 
 

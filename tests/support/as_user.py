@@ -11,11 +11,16 @@ environment fails here as it fails for the user.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+
+from tests.support.ports import HOST, free_port
 
 BIN = Path(sys.executable).parent
 ENTRY_POINT = BIN / "tsproxy"
@@ -51,3 +56,29 @@ def run_tsproxy(
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def serving_as_user(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`tsproxy serve ARGS` on free ports (entry point, a user's environment) from its start line until
+    the block ends; yields the process and its S3 port. Its log goes to `cwd/serve.log`."""
+    port, metrics_port = free_port(), free_port()
+    with open(cwd / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [str(ENTRY_POINT), "serve", "--listen", f"{HOST}:{port}", "--metrics-listen",
+             f"{HOST}:{metrics_port}", "--backend-check", "0", *args],
+            cwd=cwd, env=user_env(), stdout=subprocess.PIPE, stderr=log, text=True,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line and json.loads(line)["msg"] == "tsproxy serving S3", (cwd / "serve.log").read_text()
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
