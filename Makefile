@@ -52,7 +52,7 @@ unit: install-test
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # Each benchmark prints a table; add --json PATH to keep the figures. The broker's path runs in five
-# rounds per client (README: one run's ratios move by a tenth or more on a small machine).
+# rounds per client (benchmarks/README.md: one run's ratios move by a tenth or more on a small machine).
 bench: install-test
 	$(PY) benchmarks/transform.py
 	$(PY) benchmarks/frames.py
