@@ -55,7 +55,9 @@ def _targets(upload_id: str, *, files_and_directories_collide: bool) -> list[str
     spellings = []
     for name in inner:
         spellings += [name, "/" + name, "//" + name, "./" + name, "a/../" + name, "%2F" + name, name + "/"]
+        spellings += ["\\" + name, "\\/" + name, "a\\..\\" + name]  # SeaweedFS stores `\\` as `/`
     keys = [*spellings, "/a", "a", "a//b", "a/b", "/", "//", ".tsproxy~%2Fa", "report.csv", "/report.csv"]
+    keys += ["\\report.csv", "a\\b", ".tsproxy~%5Ca"]
     if files_and_directories_collide:
         # SeaweedFS keeps keys as file paths: it cannot hold "x" beside "x/y", nor a key ending in "/"
         # beside its file. That is the backend's own limit, not the namespace's: leave those pairs out.

@@ -11,16 +11,33 @@ from tsproxy.service import paging
 from tsproxy.service.namespace import ESCAPED, INTERNAL, Namespace, backend_name, client_name, stored_as_is
 
 # Keys built from the pieces that trip backends up: slashes, dots, percent signs, the reserved names.
-PIECES = ["/", "//", ".", "..", "%", "%2F", "%25", ".tsproxy", ".tsproxy/", ".tsproxy~", "a", "é", "mpu", "~"]
+PIECES = [
+    "/",
+    "//",
+    ".",
+    "..",
+    "%",
+    "%2F",
+    "%25",
+    "%5C",
+    ".tsproxy",
+    ".tsproxy/",
+    ".tsproxy~",
+    "a",
+    "é",
+    "mpu",
+    "~",
+]
+PIECES += ["\\", "\x00", "\\.."]
 keys = st.lists(st.sampled_from(PIECES) | st.text(min_size=1, max_size=3), min_size=1, max_size=8).map(
     "".join
 )
 
 
 def _folded(name: str) -> str:
-    """What a backend that folds slashes and resolves dot segments might make of a key."""
+    """What a backend that folds backslashes and slashes and resolves dot segments might make of a key."""
     parts: list[str] = []
-    for segment in re.sub("/+", "/", name).lstrip("/").split("/"):
+    for segment in re.sub("/+", "/", name.replace("\\", "/")).lstrip("/").split("/"):
         if segment == "..":
             if parts:
                 parts.pop()
@@ -52,6 +69,19 @@ def test_the_three_keys_s3_keeps_apart() -> None:
     assert backend_name("/a") == ESCAPED + "%2Fa"
     assert backend_name("a//b") == ESCAPED + "a/%2Fb"
     assert backend_name("a/../b") == ESCAPED + "a/%2E%2E/b"
+
+
+def test_backslashes_and_nul_are_escaped_and_nothing_else_moves() -> None:
+    assert backend_name("\\.tsproxy/mpu/x/state") == ESCAPED + "%5C.tsproxy/mpu/x/state"
+    assert backend_name("\\report.csv") == ESCAPED + "%5Creport.csv"
+    assert backend_name("a\x00b") == ESCAPED + "a%00b"
+    assert backend_name("/a\\b") == ESCAPED + "%2Fa%5Cb"
+    # Keys stored as they are before keep their names; so do names escaped before.
+    for key in ("a%5Cb", "topic/0/x.log", "a\tb", "é/ü", "a..b", "%"):
+        assert backend_name(key) == key
+    assert backend_name("/a%") == ESCAPED + "%2Fa%25"
+    # An escaped name with `\\` left in it (as releases before wrote one) stands for no client key.
+    assert client_name(ESCAPED + "%2Fa\\b") is None
 
 
 def test_internal_state_and_unreachable_names_have_no_client_key() -> None:

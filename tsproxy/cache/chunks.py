@@ -40,6 +40,16 @@ chunks are of similar size, and `cull()` runs only when a put still leaves the v
 large chunk displacing a small one). The volume is at or below `max_bytes` whenever no put is in
 progress. Not counted: the SQLite write-ahead log (a few MiB at most) and file system block rounding.
 
+Only bytes, never objects: diskcache can keep any Python key or value by pickling it, and unpickles
+what it finds in its database (a key row whose `raw` flag is 0, when keys are listed; a value row in
+pickle mode, on a hit). Whoever can write to the cache volume could then run code as tsproxy. So the
+cache's Disk (_PrivateDisk) keeps and reads only bytes: keys are 24-byte blobs, values are entry files
+of this cache's own naming; any other row (a pickled key or value, text, a file name outside the cache
+or not of its layout) is foreign: never deserialised, never opened or deleted, and, when a lookup meets
+it, deleted and counted as corrupt like any damaged entry. The database's settings and schema are
+checked against what diskcache itself creates before it is opened (a planted setting or trigger would
+otherwise steer pragmas, the Disk's arguments or the size accounting): anything else there is damage.
+
 Privacy: the directory is made 0700, the database (and its -wal and -shm files) and every entry file
 0600, whatever the process umask; files left by an older version with wider modes are tightened when
 the cache is opened.
@@ -67,15 +77,18 @@ import errno
 import logging
 import mmap
 import os
+import re
 import shutil
 import sqlite3
 import stat
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import closing, suppress
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -109,6 +122,15 @@ _DB_NAME = diskcache.core.DBNAME  # "cache.db"
 _DB_FILES = (_DB_NAME, _DB_NAME + "-wal", _DB_NAME + "-shm")
 # SQLite's primary result codes for a file that is damaged or not a database at all.
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+# Entry file names: this cache's `xx/<30 hex>.val` and diskcache's own two levels, `xx/yy/<28 hex>.val`.
+_ENTRY_FILE = re.compile(r"[0-9a-f]{2}/(?:[0-9a-f]{2}/)?[0-9a-f]{28,30}\.val")
+# Everything diskcache is told (so no value left in a database's Settings table applies).
+_SETTINGS: dict[str, Any] = {
+    **diskcache.core.DEFAULT_SETTINGS,
+    "eviction_policy": "least-recently-used",
+    "cull_limit": 1,  # see the module docstring
+    "statistics": 0,
+}
 
 
 class _Everything(set[bytes]):
@@ -120,6 +142,19 @@ class _Everything(set[bytes]):
 
 class _CacheDamaged(Exception):
     """The cache database cannot be used as it is; the cache is reset."""
+
+
+class _ForeignEntry(Exception):
+    """A row this cache never writes (not bytes in an entry file of its own): a damaged entry."""
+
+
+class _Foreign:
+    """What a key row that is not a raw blob lists as: never equal to a ChunkKey's bytes."""
+
+    __slots__ = ()
+
+
+_FOREIGN_KEY = _Foreign()
 
 
 class ChunkKey(NamedTuple):
@@ -163,10 +198,46 @@ class _PrivateDisk(diskcache.Disk):
         filename = os.path.join(name[:2], name[2:] + ".val")
         return filename, os.path.join(self._directory, filename)
 
+    def put(self, key: Any) -> tuple[sqlite3.Binary, bool]:
+        """A key's database form: only bytes are keys here (diskcache would pickle anything else)."""
+        if type(key) is not bytes:
+            raise TypeError(f"chunk cache keys are bytes, not {type(key).__name__}")
+        return sqlite3.Binary(key), True
+
+    def get(self, key: Any, raw: bool) -> Any:
+        """A listed key: the bytes of a raw blob row; any other row is foreign and never unpickled."""
+        if raw and type(key) in (bytes, sqlite3.Binary):
+            return bytes(key)
+        return _FOREIGN_KEY
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        """An entry: an open file (read) or the bytes of an entry file of this cache's own naming, or
+        bytes held in the row itself. Anything else (pickle or text mode, a name outside the cache, a
+        link) raises _ForeignEntry and is never deserialised or opened."""
+        if mode == diskcache.core.MODE_RAW and type(value) in (bytes, sqlite3.Binary):
+            return bytes(value)
+        if mode != diskcache.core.MODE_BINARY or not _is_entry_file(filename):
+            raise _ForeignEntry(f"mode {mode!r}, file {filename!r}")
+        assert filename is not None
+        try:
+            fd = os.open(os.path.join(self._directory, filename), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise _ForeignEntry(f"file {filename!r} is a link") from None
+            raise
+        handle = os.fdopen(fd, "rb")
+        if read:
+            return handle
+        with handle:
+            return handle.read()
+
     def remove(self, file_path: str) -> None:
         """Delete an entry's file. Its directory stays (diskcache's own removes emptied directories, so
         that almost every put paid for a mkdir: a new inode, some 5 % of a cold read's CPU), except one
-        of the two-level layout of releases before, removed once empty as it was."""
+        of the two-level layout of releases before, removed once empty as it was. A name not of the
+        cache's own layout (a planted row's) is left alone: nothing outside the entries is ever deleted."""
+        if not _is_entry_file(file_path):
+            return
         full_path = os.path.join(self._directory, file_path)
         with suppress(OSError):
             os.remove(full_path)
@@ -176,6 +247,8 @@ class _PrivateDisk(diskcache.Disk):
 
     def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> tuple[Any, ...]:
         if not read:
+            if type(value) is not bytes:  # diskcache would pickle it
+                raise TypeError(f"chunk cache values are bytes, not {type(value).__name__}")
             return tuple(super().store(value, read, key=key))
         filename, full_path = self.filename(key, value)
         pieces = list(iter(lambda: value.read(1 << 22), b""))
@@ -274,6 +347,11 @@ class _DirectWrites:
         return False
 
 
+def _is_entry_file(name: object) -> bool:
+    """True for an entry file name of the cache's own layout (relative, inside it, no `..`)."""
+    return isinstance(name, str) and _ENTRY_FILE.fullmatch(name.replace(os.sep, "/")) is not None
+
+
 def _make_entry_dirs(root: str) -> None:
     """Make the 256 entry directories the cache has not got yet, so that no put pays for a mkdir (a new
     inode: on a fresh cache, some 4 % of a cold read's CPU when each directory was made by its first
@@ -370,6 +448,9 @@ class ChunkCache:
             else:
                 with handle:
                     entry = handle.read()
+        except _ForeignEntry:
+            self._discard_corrupt(disk_key)  # planted or damaged: deleted, never read
+            return None
         except _STORAGE_ERRORS as e:
             log.warning("chunk cache read failed, treating as a miss: %s", e)
             return None
@@ -502,16 +583,10 @@ class ChunkCache:
         except FileExistsError:
             if stat.S_IMODE(db.stat().st_mode) & 0o077:
                 _tighten(directory)  # written by an older version, under the umask
-        _check_database(db)
+        settings = {**_SETTINGS, "size_limit": self.max_bytes}
+        _check_database(db, settings)
         try:
-            cache = diskcache.Cache(
-                str(directory),
-                disk=_PrivateDisk,
-                size_limit=self.max_bytes,
-                eviction_policy="least-recently-used",
-                cull_limit=1,  # see the module docstring
-                statistics=False,
-            )
+            cache = diskcache.Cache(str(directory), disk=_PrivateDisk, **settings)
         except sqlite3.DatabaseError as e:
             if _is_damage(e):
                 raise _CacheDamaged(str(e)) from e
@@ -601,7 +676,7 @@ class ChunkCache:
         """Known keys from the database: exactly those with an entry (at open, and when evictions have
         left many stale ones). The caller holds _write_lock, or no other thread uses the cache yet."""
         try:
-            self._known = set(self._cache.iterkeys())
+            self._known = {k for k in self._cache.iterkeys() if type(k) is bytes and len(k) == _KEY.size}
         except _STORAGE_ERRORS as e:
             log.warning("chunk cache keys could not be listed; lookups ask the database: %s", e)
             self._known = _Everything()
@@ -619,8 +694,9 @@ def _is_damage(e: sqlite3.DatabaseError) -> bool:
     return not isinstance(e, sqlite3.OperationalError)
 
 
-def _check_database(db: Path) -> None:
-    """SQLite's quick check on the cache database; _CacheDamaged unless it says "ok"."""
+def _check_database(db: Path, settings: dict[str, Any]) -> None:
+    """SQLite's quick check on the cache database, then its contents (_check_contents); _CacheDamaged
+    unless both pass."""
     try:
         with closing(sqlite3.connect(db, timeout=60, isolation_level=None)) as con:
             rows = con.execute("PRAGMA quick_check").fetchall()
@@ -630,6 +706,48 @@ def _check_database(db: Path) -> None:
         raise
     if rows != [("ok",)]:
         raise _CacheDamaged("quick_check: " + "; ".join(str(r[0]) for r in rows[:3]))
+    _check_contents(db, settings)
+
+
+def _check_contents(db: Path, settings: dict[str, Any]) -> None:
+    """_CacheDamaged unless the database holds only what diskcache makes: its own tables, indexes and
+    triggers (as it writes them), known settings of the right types, and counts that match the rows.
+    Then `settings` are written over the stored ones: diskcache applies the stored `sqlite_*` ones as
+    pragmas on every connection it opens, before it writes the ones it is given."""
+    with closing(sqlite3.connect(db, timeout=60, isolation_level=None)) as con:
+        try:
+            schema = set(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+            if not schema:
+                return  # a new, empty database
+            unexpected = schema - _expected_schema()
+            if unexpected:
+                raise _CacheDamaged("unexpected schema: " + ", ".join(sorted(str(u[1]) for u in unexpected)))
+            stored = dict(con.execute("SELECT key, value FROM Settings").fetchall())
+            known = {**diskcache.core.DEFAULT_SETTINGS, **diskcache.core.METADATA}
+            for name, value in stored.items():
+                if name not in known or type(value) is not type(known[name]):
+                    raise _CacheDamaged(f"unexpected setting {name!r}")
+            ((count, size),) = con.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM Cache").fetchall()
+            if (stored.get("count", count), stored.get("size", size)) != (count, size):
+                raise _CacheDamaged("entry count or size does not match the entries")
+            con.executemany(
+                "UPDATE Settings SET value = ? WHERE key = ?",
+                [(v, k) for k, v in settings.items() if k in stored],
+            )
+        except sqlite3.OperationalError as e:
+            if "no such" not in str(e):  # "database is locked" and the like are not damage
+                raise
+            raise _CacheDamaged(str(e)) from e  # a table or column missing: not what diskcache leaves
+
+
+@cache
+def _expected_schema() -> frozenset[tuple[str, str, str, str]]:
+    """The schema diskcache creates (tables, indexes, triggers and their SQL), from a scratch cache."""
+    with tempfile.TemporaryDirectory(prefix="tsproxy-cache-schema-") as scratch:
+        diskcache.Cache(scratch, **_SETTINGS).close()
+        with closing(sqlite3.connect(os.path.join(scratch, _DB_NAME))) as con:
+            rows = con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    return frozenset(rows)
 
 
 def _make_private(path: Path, mode: int) -> None:

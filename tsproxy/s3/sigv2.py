@@ -200,11 +200,11 @@ def _from_query(pairs: list[tuple[str, str]], now: datetime) -> tuple[str, str, 
     expires = q["Expires"]
     if not _EXPIRES.fullmatch(expires):
         raise errors.AccessDenied("Invalid date (should be seconds since epoch)", Expires=expires)
-    expiry = datetime.fromtimestamp(int(expires), UTC)
-    if now > expiry:
+    # Compared as numbers: a far-future Expires (up to 12 digits) is past the last year a datetime holds.
+    if now.timestamp() > int(expires):
         raise errors.AccessDenied(
             "Request has expired",
-            Expires=expiry.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            Expires=datetime.fromtimestamp(int(expires), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             ServerTime=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
     return q["AWSAccessKeyId"], q["Signature"], expires

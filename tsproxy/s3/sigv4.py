@@ -476,7 +476,9 @@ def _verify_presigned(
     mode, digest = payload_mode(payload_hash)
     secret = _lookup_secret(secret_for, cred.access_key)
     server_time = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if now > when + timedelta(seconds=expires):
+    # `now - when`, not `when + expires`: an X-Amz-Date in year 9999 plus its expiry is past what a
+    # datetime holds.
+    if now - when > timedelta(seconds=expires):
         raise errors.AccessDenied(
             "Request has expired",
             **{

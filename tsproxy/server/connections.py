@@ -13,19 +13,28 @@ guards file descriptors and memory, so an excess connection must cost nothing: a
 would first need its request read (a buffer, a parser, a deadline, the very things the limit protects),
 and a response written before the request is read is lost to the reset the unread request causes on
 close. SDKs retry a reset connection with backoff just as they retry a 503.
+
+A request aiohttp cannot parse (a header or request line past its limits, a malformed message) gets
+S3's XML error and one rate-limited log line, not aiohttp's plain-text answer and a traceback per
+request: anyone can send such requests, before any credential is checked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
+from tsproxy import errors
 from tsproxy.metrics import Metrics
+from tsproxy.s3 import xml
 
 log = logging.getLogger("tsproxy.server")
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two log lines about refused connections
@@ -40,6 +49,8 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.open = 0
         self._last_refusal_log = 0.0
+        self._last_bad_request_log = 0.0
+        self._bad_requests = 0
 
     def admit(self) -> bool:
         """Count a new connection in, or refuse it (False) when max_connections are open."""
@@ -56,6 +67,18 @@ class ConnectionGuard:
         self.open += 1
         self.metrics.connections_open.set(self.open)
         return True
+
+    def bad_request(self, error: BaseException | None) -> None:
+        """Count a request aiohttp could not parse; log one line (no traceback) at most every interval."""
+        self._bad_requests += 1
+        now = time.monotonic()
+        if now - self._last_bad_request_log >= REFUSAL_LOG_INTERVAL:
+            self._last_bad_request_log = now
+            log.info(
+                "malformed requests refused",
+                extra={"fields": {"count": self._bad_requests, "last": type(error).__name__}},
+            )
+            self._bad_requests = 0
 
     def release(self) -> None:
         self.open -= 1
@@ -96,6 +119,32 @@ class GuardedRequestHandler(RequestHandler):
         super().data_received(data)
         if self._messages or self._request_in_progress:
             self._disarm_header_deadline()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A message aiohttp could not parse gets S3's error; anything else aiohttp's own handling."""
+        if not isinstance(exc, BadHttpMessage) or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        self._guard.bad_request(exc)
+        err: errors.S3Error
+        if isinstance(exc, LineTooLong) or "too many headers" in str(exc).lower():
+            err = errors.RequestHeaderSectionTooLarge()
+        else:
+            err = errors.BadRequest("The request could not be parsed as HTTP.")
+        request_id = secrets.token_hex(8).upper()
+        response = web.Response(
+            body=xml.error_xml(err, "/", request_id),
+            status=err.status,
+            content_type="application/xml",
+            headers={"x-amz-request-id": request_id, "x-amz-id-2": request_id, "Server": "tsproxy"},
+        )
+        response.force_close()
+        return response
 
     def _arm_header_deadline(self) -> None:
         self._header_deadline = self._loop.call_later(self._guard.header_timeout, self._headers_overdue)

@@ -207,5 +207,6 @@ def create_app(proxy: Served) -> web.Application:
     async def serve(request: web.Request) -> web.StreamResponse:
         return await handle(proxy, request)
 
-    app.router.add_route("*", "/{tail:.*}", serve)
+    # `[\s\S]`, not `.`: a key may hold a line feed (`%0A`), which `.` does not match.
+    app.router.add_route("*", r"/{tail:[\s\S]*}", serve)
     return app

@@ -5,13 +5,15 @@ never start with `INTERNAL`. So no key a client can spell, however it is spelled
 state: the reserved namespace is outside the image of the mapping, not behind a check on the key.
 
 Most keys map to themselves. A key is stored as it is only when every backend keeps it apart from every
-other key: it does not start with `/`, has no `//`, no `.` or `..` segment, and does not start with
-`.tsproxy` (the reserved and escaped areas). Object stores that normalise keys (SeaweedFS folds a leading
-`/` and repeated slashes, HTTP stacks may resolve dot segments) would otherwise make `/a` and `a`, or
-`a//b` and `a/b`, one object. Any other key is *escaped*: stored under `ESCAPED` with `%` written `%25`,
-a `/` that starts the key or follows another `/` written `%2F`, and the dots of a `.` or `..` segment
-written `%2E`. The result has none of the shapes a backend folds, and decoding those three escapes gives
-the client's key back. docs/FORMAT.md ("Keys in the backend") states the mapping.
+other key: it does not start with `/`, has no `//`, no `.` or `..` segment, no character a backend folds
+or refuses (`FOLDED`: `\\`, which SeaweedFS stores as `/`, and NUL, which it refuses), and does not start
+with `.tsproxy` (the reserved and escaped areas). Object stores that normalise keys (SeaweedFS folds a
+leading `/`, repeated slashes and backslashes, HTTP stacks may resolve dot segments) would otherwise make
+`/a` and `a`, `a//b` and `a/b`, or `\\a` and `a`, one object. Any other key is *escaped*: stored under
+`ESCAPED` with `%` written `%25`, a `/` that starts the key or follows another `/` written `%2F`, the dots
+of a `.` or `..` segment written `%2E`, and each folded character written `%` and its two hex digits. The
+result has none of the shapes a backend folds, and decoding those escapes gives the client's key back.
+docs/FORMAT.md ("Keys in the backend") states the mapping; tests/hostile measures what SeaweedFS folds.
 """
 
 from __future__ import annotations
@@ -25,13 +27,18 @@ from tsproxy.s3.limits import MAX_KEY_BYTES
 INTERNAL = ".tsproxy/"  # tsproxy's state: multipart uploads, size catalog, bucket markers
 ESCAPED = ".tsproxy~"  # client keys that cannot be stored as they are
 RESERVED_START = ".tsproxy"  # keys starting so are escaped, so no client key lands in either area
-_UNESCAPE = re.compile(r"%(25|2F|2E)")
-_UNESCAPED = {"25": "%", "2F": "/", "2E": "."}
+# Characters some backend folds onto another key or refuses: SeaweedFS stores `\\` as `/` (so `\\a` is
+# `/a`, then `a`) and refuses NUL. A key holding one is escaped, so the backend never sees it.
+FOLDED = "\\\x00"
+_ESCAPES = {ch: f"%{ord(ch):02X}" for ch in FOLDED} | {"%": "%25"}
+_UNESCAPED = {code[1:]: ch for ch, code in _ESCAPES.items()} | {"2F": "/", "2E": "."}
+_UNESCAPE = re.compile("%(" + "|".join(sorted(_UNESCAPED)) + ")")
+_FOLDED_ANYWHERE = re.compile("[" + re.escape(FOLDED) + "]")
 
 
 def stored_as_is(key: str) -> bool:
     """True when `key` is its own backend name (no backend can fold it onto another key)."""
-    if key.startswith(("/", RESERVED_START)) or "//" in key:
+    if key.startswith(("/", RESERVED_START)) or "//" in key or _FOLDED_ANYWHERE.search(key):
         return False
     return not any(segment in (".", "..") for segment in key.split("/"))
 
@@ -40,8 +47,8 @@ def _escape(key: str) -> str:
     out: list[str] = []
     segment_start = 0
     for i, ch in enumerate(key):
-        if ch == "%":
-            out.append("%25")
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
         elif ch == "/":
             out.append("%2F" if i == 0 or key[i - 1] == "/" else "/")
             segment_start = i + 1
