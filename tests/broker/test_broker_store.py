@@ -38,8 +38,8 @@ def test_segments_are_stored_encrypted_in_tsproxys_format(stack: Stack, dataset:
             assert manifest.encrypted and manifest.kek_id is not None, key
             original = decode_object(stored, ring)
             assert original == through.get_object(Bucket=stack.bucket, Key=key)["Body"].read(), key
-            if key.endswith(".log"):
-                assert MARK in original  # the check above would have found a value in the clear
+            if key.endswith(".log") and topic != CODECS:
+                assert MARK in original  # so the check above would have found a value in the clear
             checked += 1
     assert checked >= 3 * 10
 
