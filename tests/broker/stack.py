@@ -315,6 +315,8 @@ class KafkaBroker:
     tsproxy_endpoint: str
     bucket: str
     extra: dict[str, str] = field(default_factory=dict)
+    credentials: tuple[str, str] = (ACCESS_KEY, SECRET_KEY)  # the S3 key pair the plugin signs with
+    heap: str = "1g"
     port: int = 0
     controller_port: int = 0
     process: subprocess.Popen[bytes] | None = None
@@ -349,7 +351,7 @@ class KafkaBroker:
         return [
             "java",
             "-Xms256m",
-            "-Xmx1g",
+            f"-Xmx{self.heap}",
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
@@ -378,7 +380,7 @@ class KafkaBroker:
             )
             if formatted.returncode != 0:
                 raise RuntimeError(f"kafka storage format failed:\n{formatted.stdout}\n{formatted.stderr}")
-        env = dict(os.environ, TSPROXY_ACCESS_KEY=ACCESS_KEY, TSPROXY_SECRET_KEY=SECRET_KEY)
+        env = dict(os.environ, TSPROXY_ACCESS_KEY=self.credentials[0], TSPROXY_SECRET_KEY=self.credentials[1])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self._java("kafka.Kafka", str(self.config_path)),

@@ -49,10 +49,14 @@ def _read(spark: Any, stack: Stack, topics: str, isolation: str) -> dict[tuple[s
     )
     out: dict[tuple[str, int], list[Rec]] = {}
     for row in frame.collect():
-        headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"] or [])
+        headers = tuple(
+            (h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"] or []
+        )
         key = None if row["key"] is None else bytes(row["key"])
         value = None if row["value"] is None else bytes(row["value"])
-        out.setdefault((row["topic"], row["partition"]), []).append(Rec(row["offset"], row["ts"], key, value, headers))
+        out.setdefault((row["topic"], row["partition"]), []).append(
+            Rec(row["offset"], row["ts"], key, value, headers)
+        )
     return {k: sorted(v, key=lambda r: r.offset) for k, v in out.items()}
 
 
