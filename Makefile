@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 TOOLS  := .tools
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test venv install-test system-deps lint typecheck unit bench clean
+.PHONY: run test venv install-test system-deps kafka-jars lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,12 @@ system-deps:
 	  $$SUDO systemctl stop prometheus 2>/dev/null || $$SUDO service prometheus stop 2>/dev/null || true; \
 	fi
 
-install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps
+# A Kafka broker and Aiven's tiered storage plugin for tests/broker, resolved by Maven from the POMs in
+# deploy/kafka/maven into a cache folder outside the repository (reused while the POMs stay the same).
+kafka-jars:
+	sh deploy/kafka/jars.sh
+
+install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps kafka-jars
 
 lint: install-test
 	$(VENV)/bin/ruff check tsproxy tests benchmarks deploy
