@@ -22,9 +22,9 @@ ARG EXTRAS=fast
 # a Java runtime cut down to the modules Spark uses.
 FROM ${BASE} AS build
 ARG EXTRAS
+# pip compiles every module it installs: the image starts without compiling (it could not write them).
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 # binutils strips the libraries; the JDK's jlink makes the pipeline's Java runtime.
 # hadolint ignore=DL3008,SC2086
 RUN --mount=type=secret,id=ca \

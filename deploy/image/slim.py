@@ -27,7 +27,9 @@ import zipfile
 from pathlib import Path
 
 SOURCE_SUFFIXES = (".pyx", ".pxd", ".pxi", ".h", ".hpp", ".cc", ".cpp", ".c")
-PYARROW_UNUSED = re.compile(r"^(libarrow_flight|libarrow_python_flight|_flight\.|libarrow_s3|_s3fs\.|_pyarrow_cpp_tests)")
+PYARROW_UNUSED = re.compile(
+    r"^(libarrow_flight|libarrow_python_flight|_flight\.|libarrow_s3|_s3fs\.|_pyarrow_cpp_tests)"
+)
 NATIVE = re.compile(r"\.(so|dll|dylib|jnilib|a)$|(^|/)native/", re.IGNORECASE)
 OTHER_OS = re.compile(r"(?<![a-z])(?:win|osx|darwin|mac|freebsd|aix|sunos|solaris)|musl", re.IGNORECASE)
 # How the jars name this machine's CPU (x86_64: amd64, x86_64, linux64; arm64: aarch64, aarch_64).
