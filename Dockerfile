@@ -1,45 +1,82 @@
+# syntax=docker/dockerfile:1
 # tsproxy container image. Build and try it (embedded file:// backend, dev credentials):
-#   docker build -t tsproxy .
-#   docker run --rm -p 9000:9000 -p 9102:9102 tsproxy
+#   docker build -t tsproxy:0.1.0 .
+#   docker run --rm -p 9000:9000 -p 9102:9102 tsproxy:0.1.0
 # Arguments after the image name are appended to `tsproxy serve --listen ... --metrics-listen ...`, e.g.
 #   docker run -v "$PWD/tsproxy.toml:/etc/tsproxy/tsproxy.toml:ro" -v tsproxy-cache:/var/lib/tsproxy/tsproxy-cache \
-#     -p 9000:9000 -p 9102:9102 tsproxy --config /etc/tsproxy/tsproxy.toml
-# The data pipeline (`tsproxy export`, `tsproxy jobs`) needs the 'spark' extra and a Java runtime:
-#   docker build --build-arg EXTRAS=fast,spark -t tsproxy-pipeline .
-#   docker run --rm --entrypoint tsproxy tsproxy-pipeline jobs verify --config /etc/tsproxy/tsproxy.toml ...
+#     -p 9000:9000 -p 9102:9102 tsproxy:0.1.0 --config /etc/tsproxy/tsproxy.toml
+# The data pipeline (`tsproxy export`, `tsproxy jobs`) needs the 'spark' extra; that image brings Java:
+#   docker build --build-arg EXTRAS=fast,spark -t tsproxy-pipeline:0.1.0 .
+#   docker run --rm --entrypoint tsproxy tsproxy-pipeline:0.1.0 jobs verify --config /etc/tsproxy/tsproxy.toml ...
+# Behind a TLS-intercepting proxy, hand the build its CA bundle as the secret `ca`: only the steps that
+# fetch see it, and no layer keeps it:
+#   docker build --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt -t tsproxy:0.1.0 .
+# Without Docker, deploy/image/build.py (`make image`) builds both images with buildah.
 
+# The base of both stages: any Debian-based image with python3 (3.11 or newer) and python -m venv.
+ARG BASE=python:3.11-slim
 # Extras of the tsproxy package to install (comma-separated): fast (uvloop), spark (the pipeline).
 ARG EXTRAS=fast
 
-# Build stage: resolve and install tsproxy and its dependencies into a self-contained virtualenv.
-FROM python:3.11-slim AS build
+# Build stage: tsproxy and its dependencies in a self-contained virtualenv, trimmed; for the pipeline,
+# a Java runtime cut down to the modules Spark uses.
+FROM ${BASE} AS build
 ARG EXTRAS
+# pip compiles every module it installs: the image starts without compiling (it could not write them).
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# binutils strips the libraries; the JDK's jlink makes the pipeline's Java runtime.
+# hadolint ignore=DL3008,SC2086
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then ca="-o Acquire::https::CAInfo=/run/secrets/ca"; else ca=""; fi \
+    && tools=binutils \
+    && case ",${EXTRAS}," in *,spark,*) tools="$tools default-jdk-headless" ;; esac \
+    && apt-get $ca update \
+    && DEBIAN_FRONTEND=noninteractive apt-get $ca install -y --no-install-recommends $tools \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/tsproxy
-COPY pyproject.toml README.md ./
-COPY tsproxy ./tsproxy
-# Every dependency of every extra ships manylinux wheels, so no compiler is needed.
-RUN /opt/tsproxy/bin/pip install --no-cache-dir ".[${EXTRAS}]"
-
-# Runtime stage: the virtualenv only (plus Java for Spark), run by an unprivileged user.
-FROM python:3.11-slim
-ARG EXTRAS
-# Spark runs on the JVM: the image with the 'spark' extra gets Debian's headless Java runtime, at the
-# version the base image's release ships (so not pinned).
-# hadolint ignore=DL3008
+# The dependencies first, from pyproject.toml alone, so that a change to tsproxy's code rebuilds less.
+# Every dependency of every extra ships manylinux wheels (pyspark: pure Python), so no compiler is needed.
+COPY pyproject.toml ./
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+extras = [e for e in sys.argv[1].split(",") if e]; \
+unknown = set(extras) - set(p["optional-dependencies"]); \
+sys.exit(f"EXTRAS: no extra {sorted(unknown)}") if unknown else None; \
+print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' \
+      "${EXTRAS}" > requirements.txt \
+    && /opt/tsproxy/bin/pip install --no-cache-dir -r requirements.txt
+# What tsproxy never loads goes: tests, sources, pyarrow's Flight and S3, symbols, other platforms' natives.
+COPY deploy/image/slim.py ./
+RUN /opt/tsproxy/bin/python slim.py /opt/tsproxy
+# Spark's JVM needs these modules (jdeps over its jars, and the --add-modules its launcher passes).
 RUN case ",${EXTRAS}," in \
-      *,spark,*) apt-get update \
-        && apt-get install -y --no-install-recommends default-jre-headless \
-        && rm -rf /var/lib/apt/lists/* ;; \
+      *,spark,*) jlink --output /opt/java --strip-debug --no-man-pages --no-header-files --compress=2 \
+        --add-modules java.base,java.compiler,java.datatransfer,java.desktop,java.instrument,java.logging,java.management,java.naming,java.net.http,java.prefs,java.rmi,java.scripting,java.security.jgss,java.security.sasl,java.sql,java.transaction.xa,java.xml,jdk.crypto.ec,jdk.incubator.vector,jdk.management,jdk.naming.dns,jdk.security.auth,jdk.security.jgss,jdk.unsupported,jdk.zipfs \
+        && cp -L /etc/ssl/certs/java/cacerts /opt/java/lib/security/cacerts ;; \
+      *) mkdir /opt/java ;; \
     esac
+COPY README.md ./
+COPY tsproxy ./tsproxy
+# tsproxy itself, then pip and setuptools leave: nothing installs into the image at run time.
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && /opt/tsproxy/bin/pip install --no-cache-dir --no-deps . \
+    && /opt/tsproxy/bin/pip uninstall --yes pip setuptools
+
+# Runtime stage: the virtualenv (and for the pipeline the Java runtime), run by an unprivileged user.
+FROM ${BASE}
 RUN groupadd --system --gid 10001 tsproxy \
     && useradd --system --uid 10001 --gid tsproxy --home-dir /var/lib/tsproxy --shell /usr/sbin/nologin tsproxy \
     && mkdir -p /var/lib/tsproxy/tsproxy-cache /etc/tsproxy \
     && chown -R tsproxy:tsproxy /var/lib/tsproxy
+# Owned by root, so the process cannot change its own code.
+COPY --from=build /opt/java /opt/java
 COPY --from=build /opt/tsproxy /opt/tsproxy
-ENV PATH=/opt/tsproxy/bin:$PATH \
+ENV PATH=/opt/tsproxy/bin:/opt/java/bin:$PATH \
+    JAVA_HOME=/opt/java \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001

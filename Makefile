@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 TOOLS  := .tools
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test venv install-test system-deps kafka-jars lint typecheck unit bench clean
+.PHONY: run test venv install-test system-deps kafka-jars image-deps image lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,20 @@ system-deps:
 kafka-jars:
 	sh deploy/kafka/jars.sh
 
-install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps kafka-jars
+# buildah and debootstrap: the container images are built (and tested) without a container engine.
+image-deps:
+	@if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends buildah debootstrap >/dev/null; \
+	fi
+
+install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps kafka-jars image-deps
+
+# Both container images, tsproxy:VERSION (server) and tsproxy-pipeline:VERSION (with the data pipeline
+# and Java), with buildah from a Debian base made once and kept in buildah's storage (README, Install).
+# With Docker: docker build -t tsproxy:VERSION . (see the Dockerfile).
+image: image-deps
+	$(PYTHON) deploy/image/build.py all
 
 lint: install-test
 	$(VENV)/bin/ruff check tsproxy tests benchmarks deploy

@@ -9,6 +9,7 @@ import json
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,27 @@ def test_hadolint_would_catch_a_problem(tmp_path: Path) -> None:
     assert run.returncode != 0 and "DL3003" in run.stdout
 
 
+def _global_args() -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults."""
+    instructions = _instructions()
+    first_from = next(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    return dict(rest.partition("=")[::2] for word, rest in instructions[:first_from] if word == "ARG")
+
+
+def _script(run: str) -> str:
+    """A RUN instruction's shell code, without its leading --mount=... flags."""
+    words = run.split(" ")
+    while words and (words[0].startswith("--") or not words[0]):
+        words.pop(0)
+    return " ".join(words)
+
+
 def test_multi_stage_slim_non_root() -> None:
     froms = [rest for word, rest in _instructions() if word == "FROM"]
-    assert len(froms) >= 2 and all(f.split()[0] == "python:3.11-slim" for f in froms)
+    # The base is a build argument (a Debian base made with debootstrap stands in where no registry
+    # is reachable), python:3.11-slim unless told otherwise, and both stages use it.
+    assert _global_args()["BASE"] == "python:3.11-slim"
+    assert len(froms) >= 2 and all(f.split()[0] == "${BASE}" for f in froms)
     users = [rest for word, rest in _final_stage() if word == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert _exec_form("ENTRYPOINT") == [
@@ -71,6 +90,21 @@ def test_multi_stage_slim_non_root() -> None:
     ]  # fmt: skip
     exposed = {p for word, rest in _final_stage() if word == "EXPOSE" for p in rest.split()}
     assert {"9000", "9102"} <= exposed
+
+
+def test_the_ca_secret_reaches_only_the_steps_that_fetch() -> None:
+    """The optional CA bundle is a build secret mounted into each RUN that fetches (apt, pip), and
+    nothing else in the Dockerfile names it: no COPY, ENV or ARG could leave it in a layer."""
+    mount = "--mount=type=secret,id=ca"
+    runs = [rest for word, rest in _instructions() if word == "RUN"]
+    fetching = [r for r in runs if "apt-get" in r or "pip install" in r]
+    assert len(fetching) == 3, fetching  # apt (build tools), pip (dependencies), pip (tsproxy)
+    for run in fetching:
+        assert run.startswith(mount + " "), run
+        assert "/run/secrets/ca" in _script(run), "the step must use the bundle when it is there"
+    for word, rest in _instructions():
+        if "/run/secrets" in rest or "secret" in rest:
+            assert word == "RUN" and rest.startswith(mount), (word, rest)
 
 
 def test_the_cache_volume_is_where_the_default_cache_dir_lands() -> None:
@@ -86,7 +120,13 @@ def test_build_context_keeps_what_the_build_copies_and_drops_local_state() -> No
     patterns = [p for p in patterns if p and not p.startswith("#")]
 
     def ignored(path: str) -> bool:
-        return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in patterns)
+        # Docker's rules: the last pattern that matches decides; "!pattern" lets a path back in.
+        verdict = False
+        for pattern in patterns:
+            negated, bare = pattern.startswith("!"), pattern.lstrip("!").rstrip("/")
+            if fnmatch.fnmatch(path, bare) or path.startswith(bare + "/"):
+                verdict = not negated
+        return verdict
 
     copied = []
     for word, rest in _instructions():
@@ -98,6 +138,7 @@ def test_build_context_keeps_what_the_build_copies_and_drops_local_state() -> No
         assert not ignored(source), f"{source} is copied but .dockerignore drops it"
     for local in (".venv", ".git", "tsproxy-data", "tsproxy-cache", "tsproxy-data-dev-keyring.json"):
         assert ignored(local), f"{local} would be sent to the build"
+    assert ignored("deploy/kubernetes/base/statefulset.yaml") and ignored("tests/conftest.py")
 
 
 def test_entrypoint_and_healthcheck_work(tmp_path: Path) -> None:
@@ -123,27 +164,50 @@ def test_entrypoint_and_healthcheck_work(tmp_path: Path) -> None:
 
 
 def test_extras_build_arg_picks_the_extras_and_java_comes_with_spark() -> None:
-    """`--build-arg EXTRAS=...` chooses what pip installs; the 'spark' extra also gets a Java runtime."""
+    """`--build-arg EXTRAS=...` chooses what pip installs; the 'spark' extra also gets a Java runtime,
+    made by jlink in the build stage from the JDK that only that stage installs."""
     instructions = _instructions()
-    assert ("ARG", "EXTRAS=fast") in instructions[
-        : instructions.index(next(i for i in instructions if i[0] == "FROM"))
-    ]
+    assert _global_args()["EXTRAS"] == "fast"
     stages = [i for i, (word, _) in enumerate(instructions) if word == "FROM"]
-    for start, end in zip(stages, [*stages[1:], len(instructions)], strict=True):
-        assert ("ARG", "EXTRAS") in instructions[start:end], "each stage must take the global EXTRAS in"
-    [pip] = [rest for word, rest in instructions if word == "RUN" and "pip install" in rest]
-    assert pip.endswith('".[${EXTRAS}]"')
-    [java] = [rest for word, rest in _final_stage() if word == "RUN" and "apt-get" in rest]
-    # The step's own shell code, with its commands only echoed: what would it run for each EXTRAS?
-    dry = java.replace("apt-get", "echo apt-get").replace("rm -rf", "echo rm -rf")
+    build = instructions[stages[0] : stages[1]]
+    assert ("ARG", "EXTRAS") in build, "the build stage must take the global EXTRAS in"
+    [apt] = [_script(rest) for word, rest in build if word == "RUN" and "apt-get" in rest]
+    [java] = [_script(rest) for word, rest in build if word == "RUN" and "jlink" in rest]
+    [requirements] = [_script(rest) for word, rest in build if word == "RUN" and "requirements.txt" in rest]
 
-    def would_run(extras: str) -> str:
-        done = subprocess.run(["sh", "-ec", dry], env={"EXTRAS": extras, "PATH": "/usr/bin:/bin"},
+    def would_run(script: str, extras: str, *tools: str) -> str:
+        """The step's own shell code, with its commands only echoed."""
+        for tool in tools:
+            script = script.replace(tool, "echo " + tool)
+        done = subprocess.run(["sh", "-ec", script], env={"EXTRAS": extras, "PATH": "/usr/bin:/bin"},
                               capture_output=True, text=True, timeout=30)  # fmt: skip
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     for extras in ("spark", "fast,spark", "spark,fast"):
-        assert "install -y --no-install-recommends default-jre-headless" in would_run(extras), extras
+        assert "default-jdk-headless" in would_run(apt, extras, "apt-get", "rm -rf"), extras
+        assert "jlink --output /opt/java" in would_run(java, extras, "jlink", "cp -L"), extras
     for extras in ("fast", "", "sparkling"):
-        assert would_run(extras) == "", extras
+        assert "jdk" not in would_run(apt, extras, "apt-get", "rm -rf"), extras
+        assert would_run(java, extras, "jlink", "cp -L", "mkdir") == "mkdir /opt/java\n", extras
+    # Spark's launcher passes --add-modules=jdk.incubator.vector: without it the JVM would not start.
+    assert "jdk.incubator.vector" in java and "java.sql" in java and "jdk.unsupported" in java
+
+    # The requirements step lists what pyproject.toml gives the extras, and refuses an unknown one.
+    snippet = requirements.split(" > requirements.txt")[0].split("&& ", 1)[1]
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+    def listed(extras: str) -> subprocess.CompletedProcess[str]:
+        script = snippet.replace("python -c", f"{shlex.quote(sys.executable)} -c")
+        return subprocess.run(["sh", "-c", script], env={"EXTRAS": extras}, cwd=REPO,
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+
+    spark = listed("fast,spark")
+    assert spark.returncode == 0, spark.stderr
+    want = declared["dependencies"] + declared["optional-dependencies"]["fast"]
+    assert spark.stdout.split() == want + declared["optional-dependencies"]["spark"]
+    assert listed("fast").stdout.split() == want
+    refused = listed("fast,sparkling")
+    assert refused.returncode != 0 and "sparkling" in refused.stderr
+    [pip] = [_script(r) for w, r in build if w == "RUN" and "pip install" in r and "requirements" in r]
+    assert "pip install --no-cache-dir -r requirements.txt" in pip

@@ -8,6 +8,7 @@ so a setting the server would refuse fails here, not in a cluster.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import subprocess
 import tomllib
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_tools import DEPLOY, find_tool
+from deploy_tools import DEPLOY, REPO, find_tool
 
 from tsproxy import config
 from tsproxy.format.keyring import check_private
@@ -213,6 +214,16 @@ def _container(pod: Doc, name: str) -> Doc:
     return found[0]
 
 
+def _built_image_name() -> str:
+    spec = importlib.util.spec_from_file_location("tsproxy_image_build", REPO / "deploy/image/build.py")
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    name: str = build.image_name("fast")
+    assert name.endswith(":" + build.version())
+    return name.removeprefix("localhost/")
+
+
 def _port(container: Doc, name: str) -> int:
     port: int = next(p["containerPort"] for p in container["ports"] if p["name"] == name)
     return port
@@ -226,7 +237,8 @@ def test_tsproxy_is_a_native_sidecar_with_probes_and_resources(rendered: tuple[s
     pod = _pod(rendered[1])
     tsproxy = _container(pod, "tsproxy")
     assert tsproxy in pod["initContainers"] and tsproxy["restartPolicy"] == "Always"
-    assert tsproxy["image"].startswith("tsproxy:")
+    # The name and tag the image build gives the server image (deploy/image/build.py, `make image`).
+    assert tsproxy["image"] == _built_image_name()
     # It must come before nothing that needs it: only the plugin download may run before it.
     assert [c["name"] for c in pod["initContainers"]][-1] == "tsproxy"
     assert _port(tsproxy, "metrics") == 9102 and _port(tsproxy, "s3") == 9000
