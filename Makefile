@@ -6,7 +6,14 @@ PIP    := $(PY) -m pip
 TOOLS  := .tools
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test venv install-test system-deps lint typecheck unit bench clean
+.PHONY: run test venv install-test system-deps toxiproxy lint typecheck unit bench clean
+
+# toxiproxy (a TCP proxy that adds latency, bandwidth limits, resets and stalls) for the network tests
+# and benchmarks, built from the Go module proxy at a pinned version into a cache outside the worktree, so
+# every checkout shares one build. tests/support/toxiproxy.py looks for it at the same place.
+TOXIPROXY_VERSION := v2.12.0
+TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tsproxy-tools
+TOXIPROXY := $(TOOLS_CACHE)/toxiproxy-$(TOXIPROXY_VERSION)/server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +43,13 @@ system-deps:
 	  $$SUDO systemctl stop prometheus 2>/dev/null || $$SUDO service prometheus stop 2>/dev/null || true; \
 	fi
 
-install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps
+$(TOXIPROXY):
+	@command -v go >/dev/null || { echo "toxiproxy is built with Go (https://go.dev/dl), which is not on PATH" >&2; exit 1; }
+	GOBIN=$(dir $@) GOFLAGS=-buildvcs=false go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+
+toxiproxy: $(TOXIPROXY)
+
+install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps toxiproxy
 
 lint: install-test
 	$(VENV)/bin/ruff check tsproxy tests benchmarks deploy
