@@ -11,12 +11,28 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.server.harness import RunningProxy
+from tests.server.harness import ACCESS_KEY, SECRET_KEY, RunningProxy
 from tests.support.seaweed import SeaweedFS
 from tests.support.waiting import eventually
 from tsproxy.service.janitor import Janitor
 
 DAY = 86400.0
+
+
+def client(running: RunningProxy) -> Any:
+    """A boto3 client of `running` that tries each request once (botocore's `max_attempts` counts
+    retries, so the harness's client sends a failed request twice), so what the store sees is tsproxy's."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=running.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, read_timeout=120),
+    )
 
 
 def s3_error(exc: pytest.ExceptionInfo[ClientError] | ClientError) -> tuple[int, str, str | None]:
@@ -97,7 +113,7 @@ def assert_clean(
     those objects, and no multipart upload."""
     with urllib.request.urlopen(f"{running.metrics_url}/readyz", timeout=10) as ready:
         assert ready.status == 200
-    s3 = running.client()
+    s3 = client(running)
     listed = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
     assert listed == set(visible)
     for key, data in visible.items():

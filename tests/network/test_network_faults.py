@@ -23,6 +23,7 @@ from tests.network.net_helpers import (
     assert_clean,
     assert_unavailable,
     backend_up,
+    client,
     read_verified,
     retries,
     store_requests,
@@ -55,7 +56,7 @@ def test_get_bodies_reset_midway_are_resumed_with_the_right_bytes(
     store_link: Link, via: Via, seaweed: SeaweedFS
 ) -> None:
     running = via(store_link.endpoint, backend_max_attempts="6", **NO_CACHE)
-    s3 = running.client()
+    s3 = client(running)
     s3.create_bucket(Bucket=BUCKET)
     data = os.urandom(3 * MIB)
     s3.put_object(Bucket=BUCKET, Key="k", Body=data)
@@ -76,7 +77,7 @@ def test_a_put_body_reset_midway_is_sent_again_and_the_object_appears_once_whole
     store_link: Link, via: Via, seaweed: SeaweedFS, multipart: bool
 ) -> None:
     running = via(store_link.endpoint, backend_max_attempts="6", **NO_CACHE)
-    s3 = running.client()
+    s3 = client(running)
     s3.create_bucket(Bucket=BUCKET)
     parts = [os.urandom(5 * MIB), os.urandom(2 * MIB)] if multipart else [os.urandom(2 * MIB)]
     data = b"".join(parts)
@@ -116,7 +117,7 @@ def test_a_stalled_store_costs_bounded_attempts_then_a_503(
     store_link: Link, via: Via, seaweed: SeaweedFS
 ) -> None:
     running = via(store_link.endpoint, backend_max_attempts="2", backend_read_timeout="1s", **NO_CACHE)
-    s3 = running.client()
+    s3 = client(running)
     s3.create_bucket(Bucket=BUCKET)
     data = os.urandom(MIB)
     s3.put_object(Bucket=BUCKET, Key="k", Body=data)
@@ -155,7 +156,7 @@ def test_latency_spikes_below_the_timeout_never_fail_a_request(
     store_link: Link, via: Via, seaweed: SeaweedFS
 ) -> None:
     running = via(store_link.endpoint)
-    s3 = running.client()
+    s3 = client(running)
     s3.create_bucket(Bucket=BUCKET)
     store_link.add("latency", latency=400, jitter=350)
     objects = {f"k{n}": os.urandom(size) for n, size in enumerate((1000, 700_000, 3 * MIB))}
@@ -172,7 +173,7 @@ def test_latency_spikes_below_the_timeout_never_fail_a_request(
 @pytest.mark.slow
 def test_the_store_gone_during_a_multipart_upload(store_link: Link, via: Via, seaweed: SeaweedFS) -> None:
     running = via(store_link.endpoint, **NO_CACHE)
-    s3 = running.client()
+    s3 = client(running)
     s3.create_bucket(Bucket=BUCKET)
     parts = [os.urandom(5 * MIB), os.urandom(5 * MIB), os.urandom(MIB)]
     kept = s3.create_multipart_upload(Bucket=BUCKET, Key="kept")["UploadId"]
@@ -223,7 +224,7 @@ def test_the_store_gone_during_a_multipart_upload(store_link: Link, via: Via, se
 def test_the_store_gone_during_a_forward_scan(store_link: Link, via: Via, seaweed: SeaweedFS) -> None:
     # A long metadata_ttl: this is about chunks, not about re-checking the object (test_stale_if_error).
     running = via(store_link.endpoint, metadata_ttl="1h", prefetch="1MiB")
-    s3 = running.client()
+    s3 = client(running)
     s3.create_bucket(Bucket=BUCKET)
     data = os.urandom(6 * MIB)
     s3.put_object(Bucket=BUCKET, Key="segment", Body=data)
