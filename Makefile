@@ -5,8 +5,17 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TOOLS  := .tools
 STAMP  := $(VENV)/.installed
+# apt waits for another apt to finish instead of failing on its lock, and a failed install stops make.
+APT_OPTS := -o DPkg::Lock::Timeout=600
 
-.PHONY: run test venv install-test system-deps kafka-jars image-deps image lint typecheck unit bench clean
+.PHONY: run test venv install-test system-deps kafka-jars image-deps image toxiproxy lint typecheck unit bench clean
+
+# toxiproxy (a TCP proxy that adds latency, bandwidth limits, resets and stalls) for the network tests
+# and benchmarks, built from the Go module proxy at a pinned version into a cache outside the worktree, so
+# every checkout shares one build. tests/support/toxiproxy.py looks for it at the same place.
+TOXIPROXY_VERSION := v2.12.0
+TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tsproxy-tools
+TOXIPROXY := $(TOOLS_CACHE)/toxiproxy-$(TOXIPROXY_VERSION)/server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +41,7 @@ $(TOOLS)/awscli/bin/aws:
 system-deps:
 	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v java >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus default-jre-headless >/dev/null; \
+	  $$SUDO apt-get $(APT_OPTS) update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get $(APT_OPTS) install -y -qq --no-install-recommends prometheus default-jre-headless >/dev/null || exit 1; \
 	  $$SUDO systemctl stop prometheus 2>/dev/null || $$SUDO service prometheus stop 2>/dev/null || true; \
 	fi
 
@@ -45,16 +54,22 @@ kafka-jars:
 image-deps:
 	@if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends buildah debootstrap >/dev/null; \
+	  $$SUDO apt-get $(APT_OPTS) update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get $(APT_OPTS) install -y -qq --no-install-recommends buildah debootstrap >/dev/null || exit 1; \
 	fi
-
-install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps kafka-jars image-deps
 
 # Both container images, tsproxy:VERSION (server) and tsproxy-pipeline:VERSION (with the data pipeline
 # and Java), with buildah from a Debian base made once and kept in buildah's storage (README, Install).
 # With Docker: docker build -t tsproxy:VERSION . (see the Dockerfile).
 image: image-deps
 	$(PYTHON) deploy/image/build.py all
+
+$(TOXIPROXY):
+	@command -v go >/dev/null || { echo "toxiproxy is built with Go (https://go.dev/dl), which is not on PATH" >&2; exit 1; }
+	GOBIN=$(dir $@) GOFLAGS=-buildvcs=false go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+
+toxiproxy: $(TOXIPROXY)
+
+install-test: $(VENV)/.installed-test $(TOOLS)/awscli/bin/aws system-deps kafka-jars image-deps toxiproxy
 
 lint: install-test
 	$(VENV)/bin/ruff check tsproxy tests benchmarks deploy

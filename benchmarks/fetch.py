@@ -43,6 +43,11 @@ rows, each with its `round`.
     .venv/bin/python benchmarks/fetch.py [--size 256] [--systems tsproxy,direct,rclone] [--json out.json]
         [--scenarios chunks,random] [--chunk-size 1MiB] [--client lean|boto3]
         [--setting prefetch=32MiB --setting memory_cache_size=64MiB] [--rounds 5]
+        [--latency 30 --jitter 3 --bandwidth 20]
+
+With `--latency`/`--bandwidth`, toxiproxy sits between each system and SeaweedFS (one link per system, the
+same network on each): the store then answers as a remote one does. benchmarks/network.py runs a matrix
+of such networks.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from fetch_support import (
     SYSTEMS,
     DirectSystem,
     Goal,
+    Network,
     RcloneSystem,
     Segment,
     System,
@@ -77,7 +83,9 @@ from fetch_support import (
     check_goals,
     parse_scenarios,
     run_system,
+    shape_links,
     started,
+    store_links,
 )
 
 COLUMNS = (
@@ -156,6 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         help="run the systems' scenarios this many times, the systems taking turns; the table shows each "
         "figure's median, the goals the median of each round's ratio (default 1)",
     )
+    ap.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        help="milliseconds the store adds to every round trip (toxiproxy between each system and "
+        "SeaweedFS; default 0: no proxy)",
+    )
+    ap.add_argument("--jitter", type=float, default=0.0, help="± milliseconds on that latency")
+    ap.add_argument(
+        "--bandwidth", type=float, default=0.0, help="MB/s (10**6 B) per connection to the store, each way"
+    )
     ap.add_argument("--json", help="write the rows here as a JSON list (every round's)")
     ap.add_argument(
         "--workdir",
@@ -168,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     settings = settings_of(ap, args)
+    network = Network(args.latency, args.jitter, args.bandwidth)
     random_count = args.random_reads or max(8, args.size // 2)
 
     # Other processes on the machine move every figure: say how busy it was.
@@ -184,12 +204,22 @@ def main(argv: list[str] | None = None) -> int:
         tmp = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tsp-fetch-")))
         weed = start_seaweed(args.seaweed_volume_mb)
         stack.callback(weed.stop)
+        via: dict[str, str | None] = dict.fromkeys(SYSTEMS)
+        if network.shaped:
+            links = store_links(stack, weed, args.systems)
+            shape_links(links, network)
+            via.update({name: link.endpoint for name, link in links.items()})
         factories: dict[str, Callable[[], System]] = {
             "tsproxy": lambda: TsproxySystem(
-                weed, "fetch-tsproxy", tmp / "tsproxy", args.chunk_size, settings=settings
+                weed,
+                "fetch-tsproxy",
+                tmp / "tsproxy",
+                args.chunk_size,
+                settings=settings,
+                backend_endpoint=via["tsproxy"],
             ),
-            "direct": lambda: DirectSystem(weed, "fetch-direct"),
-            "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone"),
+            "direct": lambda: DirectSystem(weed, "fetch-direct", endpoint=via["direct"]),
+            "rclone": lambda: RcloneSystem(weed, "fetch", "fetch-rclone", tmp / "rclone", via["rclone"]),
         }
         rows = run_rounds(stack, factories, args, weed, segment, random_count)
 
@@ -202,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nKafka fetch pattern, {segment.size / MIB:.0f} MiB segment ({args.producer_codec} batches), "
         f"{random_count} random fetches, "
         f"{args.client} client ({os.cpu_count()} CPUs, 1-minute load average {load_before:.1f} before, "
-        f"{load_after:.1f} after){rounds}\n"
+        f"{load_after:.1f} after){rounds}"
+        + (f"; the store {network.label()} away (toxiproxy)" if network.shaped else "")
+        + "\n"
     )
     if settings:
         print("tsproxy settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()) + "\n")

@@ -385,6 +385,14 @@ class LeanS3:
     ) -> tuple[int, dict[str, str], bytes]:
         """One signed request; (status, headers with lower-case names, body). A kept-alive connection the
         server closed in between is opened again once, before anything was answered."""
+        response = self._send(method, path, headers, body)
+        data = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+    def _send(
+        self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> http.client.HTTPResponse:
+        """Sign and send a request; the answer once its head has arrived, its body not read yet."""
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
@@ -402,14 +410,24 @@ class LeanS3:
                 if body:
                     assert conn.sock is not None
                     conn.sock.sendall(memoryview(body))
-                response = conn.getresponse()
+                return conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 if attempt == 2:
                     raise
-                continue
-            data = response.read()
-            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
         raise AssertionError("unreachable")
+
+    def first_byte(self, bucket: str, key: str, start: int, end: int) -> tuple[float, float, bytes]:
+        """Bytes [start, end) of an object, timed: (seconds to the first body byte, seconds to the last,
+        the bytes)."""
+        begin = time.perf_counter()
+        response = self._send("GET", self.path(bucket, key), {"Range": f"bytes={start}-{end - 1}"})
+        first = response.read(1)
+        first_at = time.perf_counter() - begin
+        data = first + response.read()
+        total = time.perf_counter() - begin
+        if response.status not in (200, 206):
+            raise RuntimeError(f"GET {key} bytes {start}-{end - 1}: {response.status} {data[:300]!r}")
+        return first_at, total, data
 
     @staticmethod
     def path(bucket: str, key: str, query: str = "") -> str:
@@ -517,11 +535,14 @@ class DirectSystem:
 
     name = "direct"
 
-    def __init__(self, weed: SeaweedFS, bucket: str, *, create: bool = True) -> None:
-        """`create`: make the bucket (else it exists already, and is only read)."""
+    def __init__(
+        self, weed: SeaweedFS, bucket: str, *, create: bool = True, endpoint: str | None = None
+    ) -> None:
+        """`create`: make the bucket (else it exists already, and is only read). `endpoint`: reach
+        SeaweedFS there (a link with a network's latency and bandwidth in front of it)."""
         self.weed = weed
         self.bucket = self.backend_bucket = bucket
-        self.endpoint = weed.endpoint
+        self.endpoint = endpoint or weed.endpoint
         self.keys = (weed.access_key, weed.secret_key)
         if create:
             boto3_client(self).create_bucket(Bucket=bucket)
@@ -558,10 +579,12 @@ class TsproxySystem:
         chunk_size: str | None = None,
         settings: dict[str, str] | None = None,
         ring: Path | None = None,
+        backend_endpoint: str | None = None,
     ) -> None:
         from tsproxy.format import KeyRing
 
         self.weed = weed
+        self.backend_endpoint = backend_endpoint or weed.endpoint  # a link with a network in between
         self.chunk_size = chunk_size
         self.settings = dict(settings or {})
         self.bucket = self.backend_bucket = bucket  # tsproxy keeps a client bucket under its own name
@@ -600,7 +623,7 @@ class TsproxySystem:
             sys.executable, "-m", "tsproxy.cli", "serve",
             "--listen", f"127.0.0.1:{self.port}",
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
-            "--backend", self.weed.endpoint,
+            "--backend", self.backend_endpoint,
             "--backend-region", self.weed.region,
             "--key-ring", str(self.ring),
             "--cache-dir", str(cache),
@@ -659,8 +682,16 @@ class RcloneSystem:
 
     name = "rclone"
 
-    def __init__(self, weed: SeaweedFS, bucket: str, backend_bucket: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        weed: SeaweedFS,
+        bucket: str,
+        backend_bucket: str,
+        workdir: Path,
+        backend_endpoint: str | None = None,
+    ) -> None:
         self.weed = weed
+        self.backend_endpoint = backend_endpoint or weed.endpoint  # a link with a network in between
         self.bucket, self.backend_bucket = bucket, backend_bucket
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -693,7 +724,7 @@ class RcloneSystem:
                 "[store]",
                 "type = s3",
                 "provider = SeaweedFS",
-                f"endpoint = {self.weed.endpoint}",
+                f"endpoint = {self.backend_endpoint}",
                 f"region = {self.weed.region}",
                 f"access_key_id = {self.weed.access_key}",
                 f"secret_access_key = {self.weed.secret_key}",
@@ -906,16 +937,16 @@ def measure_upload(
 
 
 def measure_put(
-    system: System, weed: SeaweedFS, key: str, data: bytes, client_kind: str = "lean"
+    system: System, weed: SeaweedFS, key: str, data: bytes, client_kind: str = "lean", count: int = PUT_COUNT
 ) -> Measurement:
-    """PUT_COUNT PutObjects of `data`, one after another under keys `key`0, `key`1, ... (a sink writes
+    """`count` PutObjects of `data`, one after another under keys `key`0, `key`1, ... (a sink writes
     object after object; one alone would mostly measure a first request)."""
     client = scenario_client(system, client_kind)
     before = settled_traffic(weed, system.backend_bucket)
     cpu_before = cpu_use(system, weed)
     latencies: list[float] = []
     begin = time.perf_counter()
-    for i in range(PUT_COUNT):
+    for i in range(count):
         started = time.perf_counter()
         if isinstance(client, Boto3S3):
             client.put_object(system.bucket, f"{key}{i}", data)
@@ -928,9 +959,45 @@ def measure_put(
     system.wait_stored()
     after = settled_traffic(weed, system.backend_bucket)
     cpu_after = cpu_use(system, weed)
-    return Measurement(
-        len(data) * PUT_COUNT, seconds, tuple(latencies), after - before, cpu_after - cpu_before
-    )
+    return Measurement(len(data) * count, seconds, tuple(latencies), after - before, cpu_after - cpu_before)
+
+
+# -- the network between a system and the store ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Network:
+    """What lies between a system and SeaweedFS: `latency_ms` (± `jitter_ms`) more on every round trip,
+    and `mb_per_s` (MB of 10**6 bytes; 0: no limit) for each connection, each way. Played by toxiproxy
+    (tests/support/toxiproxy.py), one link per system, so that each system's connections see the same."""
+
+    latency_ms: float = 0.0
+    jitter_ms: float = 0.0
+    mb_per_s: float = 0.0
+
+    @property
+    def shaped(self) -> bool:
+        return self.latency_ms > 0 or self.mb_per_s > 0
+
+    def label(self) -> str:
+        link = f"{self.mb_per_s:g} MB/s" if self.mb_per_s else "unlimited"
+        jitter = f" ±{self.jitter_ms:g}" if self.jitter_ms else ""
+        return f"{self.latency_ms:g}{jitter} ms, {link}"
+
+
+def store_links(stack: contextlib.ExitStack, weed: SeaweedFS, names: Sequence[str]) -> dict[str, Any]:
+    """A toxiproxy server (stopped with `stack`) and a link to SeaweedFS for each name; shape them with
+    `shape_links`."""
+    from tests.support.toxiproxy import Toxiproxy
+
+    server = Toxiproxy.start()
+    stack.callback(server.stop)
+    return {name: server.link(f"store-{name}", weed.endpoint) for name in names}
+
+
+def shape_links(links: dict[str, Any], network: Network) -> None:
+    for link in links.values():
+        link.shape(network.latency_ms, network.jitter_ms, network.mb_per_s)
 
 
 # -- goals -------------------------------------------------------------------------------------------

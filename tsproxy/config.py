@@ -235,6 +235,8 @@ class BackendSettings:
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     max_attempts: int = defaults.BACKEND_MAX_ATTEMPTS
+    connect_timeout: float = defaults.BACKEND_CONNECT_TIMEOUT
+    read_timeout: float = defaults.BACKEND_READ_TIMEOUT
     bucket: str | None = None  # every client bucket under this one backend bucket ...
     prefix: str = ""  # ... at <prefix><client bucket>/
 
@@ -256,6 +258,8 @@ class BackendSettings:
             access_key=self.access_key,
             secret_key=self.secret_key,
             max_attempts=self.max_attempts,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
             on_request=on_request,
         )
 
@@ -295,6 +299,15 @@ class Config:
     backend_prefix: str = field(default="", metadata=parsed_by(str))
     backend_max_attempts: int = field(
         default=defaults.BACKEND_MAX_ATTEMPTS, metadata=parsed_by(int, _at_least(1, "must be at least 1"))
+    )
+    # per attempt: a stalled store costs at most this much before the attempt is retried or given up
+    backend_connect_timeout: float = field(
+        default=defaults.BACKEND_CONNECT_TIMEOUT,
+        metadata=parsed_by(parse_duration, _between(0.1, 600, "must be between 100ms and 10m")),
+    )
+    backend_read_timeout: float = field(
+        default=defaults.BACKEND_READ_TIMEOUT,
+        metadata=parsed_by(parse_duration, _between(0.1, 3600, "must be between 100ms and 1h")),
     )
     key_ring: Path | None = field(default=None, metadata=parsed_by(_parse_path))
     # seconds between looks at the key ring file for changes; 0: SIGHUP only
@@ -447,6 +460,8 @@ class Config:
             access_key=self.backend_access_key,
             secret_key=self.backend_secret_key,
             max_attempts=self.backend_max_attempts,
+            connect_timeout=self.backend_connect_timeout,
+            read_timeout=self.backend_read_timeout,
             bucket=self.backend_bucket,
             prefix=self.backend_prefix,
         )

@@ -20,6 +20,9 @@ BACKEND_PATH_STYLE = True
 BACKEND_PART_SIZE = 25 << 20
 BACKEND_CHECK = 10.0  # seconds between backend probes; 0: only the one at start
 BACKEND_MAX_ATTEMPTS = 5
+# seconds a backend request may wait for a connection, and for the next bytes of an answer, per attempt
+BACKEND_CONNECT_TIMEOUT = 10.0
+BACKEND_READ_TIMEOUT = 60.0
 
 # How new objects are stored.
 CHUNK_SIZE = 4 << 20

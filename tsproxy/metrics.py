@@ -88,6 +88,11 @@ class Metrics:
         self.connections_open = Gauge(
             "tsproxy_connections_open", "Client connections open on the S3 port.", registry=r
         )
+        self.event_loop_tasks = Gauge(
+            "tsproxy_event_loop_tasks",
+            "asyncio tasks alive on the event loop at the scrape (a steady rise is a leak).",
+            registry=r,
+        )
         self.connections_refused = Counter(
             "tsproxy_connections_refused_total",
             "Client connections closed as they were accepted because max_connections were open.",

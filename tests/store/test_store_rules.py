@@ -326,3 +326,28 @@ def test_backoff_is_bounded_full_jitter() -> None:
     assert backoff.allows_another(3) and not backoff.allows_another(4)
     with pytest.raises(ValueError):
         Backoff(max_attempts=0)
+
+
+def test_backoff_after_slowdown_waits_longer_and_never_nothing() -> None:
+    backoff = Backoff(max_attempts=4, base=0.1, cap=2.0, rng=random.Random(2))
+    for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (9, 2.0)):
+        delays = [backoff.delay(attempt, throttled=True) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays), attempt
+        assert max(delays) > ceiling * 0.9
+    with pytest.raises(ValueError):
+        Backoff(throttle_factor=0.5)
+
+
+def test_throttling_answers_are_told_apart_from_other_retryable_ones() -> None:
+    def client_error(code: str, status: int) -> botocore.exceptions.ClientError:
+        answer: Any = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        return botocore.exceptions.ClientError(answer, "GetObject")
+
+    for code, status in (("SlowDown", 503), ("Throttling", 400), ("TooManyRequests", 429), ("429", 429)):
+        assert s3errors.is_throttling(client_error(code, status)) and s3errors.is_retryable(
+            client_error(code, status)
+        )
+    for code, status in (("InternalError", 500), ("ServiceUnavailable", 503), ("503", 503)):
+        assert not s3errors.is_throttling(client_error(code, status))
+    assert s3errors.is_throttling(errors.SlowDown())
+    assert not s3errors.is_throttling(ConnectionResetError())

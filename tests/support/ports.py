@@ -48,6 +48,12 @@ def free_ports(count: int, host: str = HOST) -> list[int]:
     return sorted(ports)
 
 
+def free_low_port(host: str = HOST) -> int:
+    """A free port below the kernel's ephemeral range: one that no outgoing connection can take while
+    its server is away (a link of toxiproxy that is cut and opened again listens on it again)."""
+    return free_port_pair(0, host)[0]
+
+
 def free_port_pair(offset: int = 10000, host: str = HOST, exclude: set[int] | None = None) -> tuple[int, int]:
     """A port P such that P and P + `offset` are both free: (P, P + offset).
 

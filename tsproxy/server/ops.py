@@ -8,6 +8,8 @@ and the TsproxyBackendDown alert; requests that need the store fail fast with 50
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -21,6 +23,7 @@ def create_metrics_app(proxy: Served) -> web.Application:
         if proxy.cache is not None:
             proxy.metrics.cache_size.set(proxy.cache.size_bytes())
         proxy.metrics.cache_limit.set(proxy.cfg.cache_size if proxy.cache is not None else 0)
+        proxy.metrics.event_loop_tasks.set(len(asyncio.all_tasks()))
         body = generate_latest(proxy.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

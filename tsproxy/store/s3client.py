@@ -299,8 +299,9 @@ class S3Client:
             except Exception as e:
                 if not (s3errors.is_retryable(e) and self.backoff.allows_another(attempt)):
                     raise s3errors.to_s3_error(e, not_found=not_found, **fields) from e
+                throttled = s3errors.is_throttling(e)
             call.retries += 1
-            await asyncio.sleep(self.backoff.delay(attempt))
+            await asyncio.sleep(self.backoff.delay(attempt, throttled=throttled))
 
     async def _request(
         self,

@@ -137,6 +137,13 @@ def error_code(error: BaseException) -> str | None:
     return None
 
 
+def is_throttling(error: BaseException) -> bool:
+    """The store asked for fewer requests (SlowDown, 429 and the like): retry, but later."""
+    if isinstance(error, botocore.exceptions.ClientError):
+        return BY_CODE.get(error_code(error) or "") is errors.SlowDown or _status(error) == 429
+    return isinstance(error, errors.SlowDown)
+
+
 def is_retryable(error: BaseException) -> bool:
     """Worth another attempt: a dropped or timed-out connection, throttling, or a 5xx answer."""
     if isinstance(error, botocore.exceptions.ClientError):

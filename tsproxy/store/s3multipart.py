@@ -307,8 +307,9 @@ class S3Multipart(S3Client):
                         raise s3errors.to_s3_error(
                             e, not_found=errors.NoSuchUpload, UploadId=upload_id
                         ) from e
+                    throttled = s3errors.is_throttling(e)
                 call.retries += 1
-                await asyncio.sleep(self.backoff.delay(attempt))
+                await asyncio.sleep(self.backoff.delay(attempt, throttled=throttled))
         if size is not None and etag:
             # The caller knows the size: the ETag is in the answer, and the date is about now.
             return ObjectInfo(key, size, unquote_etag(etag), datetime.now(UTC))
