@@ -52,6 +52,7 @@ def test_a_two_minute_soak_reads_no_wrong_byte_and_stays_flat(tmp_path: Path) ->
         "soak.py", ["--minutes", "2", "--sample", "3", "--fault-every", "8", "--warmup", "0.5"], tmp_path, 500
     )
     assert result["wrong"] == 0
+    assert result["tsproxy_log"].get("traceback", 0) == 0, result["tsproxy_log"]
     assert result["verified_bytes"] > 0 and sum(result["faults"].values()) > 0
     for name, verdict in result["flat"].items():
         assert verdict["flat"], (name, verdict, printed[-3000:])
