@@ -94,6 +94,7 @@ bench: install-test
 	$(PY) benchmarks/fetch.py --systems tsproxy,direct --rounds 5 --client boto3
 	$(PY) benchmarks/fetch.py --systems tsproxy,direct --rounds 3 --producer-codec zstd
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/fetch.py
+	$(PY) benchmarks/network.py
 	$(PY) benchmarks/cpu.py
 	$(PY) benchmarks/cpu.py --client-checks none --producer-codec zstd
 	$(PY) benchmarks/listing.py

@@ -45,13 +45,16 @@ def test_network_benchmark_runs_every_scenario_through_a_shaped_link(tmp_path: P
     assert "| network | scenario | tsproxy | direct | vs_direct |" in printed
 
 
+# tsproxy's RSS grows for about a minute as its memory cache, pools and heaps fill (a 15-minute soak: flat
+# from then on); the check starts after it.
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_two_minute_soak_reads_no_wrong_byte_and_stays_flat(tmp_path: Path) -> None:
     result, printed, code = _run(
-        "soak.py", ["--minutes", "2", "--sample", "3", "--fault-every", "8", "--warmup", "0.5"], tmp_path, 500
+        "soak.py", ["--minutes", "2", "--sample", "3", "--fault-every", "8", "--warmup", "1"], tmp_path, 500
     )
     assert result["wrong"] == 0
+    assert result["tsproxy_log"].get("traceback", 0) == 0, result["tsproxy_log"]
     assert result["verified_bytes"] > 0 and sum(result["faults"].values()) > 0
     for name, verdict in result["flat"].items():
         assert verdict["flat"], (name, verdict, printed[-3000:])
