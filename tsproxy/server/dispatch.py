@@ -24,6 +24,8 @@ from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import route
 from tsproxy.server import acl, buckets, listing, multipart, object_handlers
 from tsproxy.server.exchange import Exchange, Handler, Served
+from tsproxy.service.namespace import Namespace
+from tsproxy.service.namespace import backend_name as _backend_name
 
 log = logging.getLogger("tsproxy.server")
 access_log = logging.getLogger("tsproxy.access")
@@ -76,6 +78,28 @@ def _query(raw_query: str) -> dict[str, str]:
     return dict(parse_qsl(raw_query, keep_blank_values=True))
 
 
+def in_client_names(err: errors.S3Error, ns: Namespace, bucket: str | None, key: str | None) -> None:
+    """Name the client's bucket and key in an error's fields, never the backend's: a backend error
+    carries the backend bucket and the backend key (tenant prefix, escaped form, tsproxy's own state).
+    A backend key no client key maps to is left out."""
+    if bucket is None:
+        return
+    if ns.mapped and err.fields.get("BucketName") == ns.backend_bucket:
+        err.fields["BucketName"] = bucket
+    name = err.fields.get("Key")
+    if name is None or name == key:
+        return
+    root = ns.root(bucket).key
+    if key is not None and name == root + _backend_name(key):
+        err.fields["Key"] = key
+    elif name.startswith(root) and (ns.mapped or name.startswith(".tsproxy")):
+        client = ns.client_key(bucket, name)
+        if client is None:
+            del err.fields["Key"]
+        else:
+            err.fields["Key"] = client
+
+
 def _error_response(err: errors.S3Error, resource: str, request_id: str, method: str) -> web.Response:
     body = b"" if method == "HEAD" else xml.error_xml(err, resource, request_id)
     headers = {"x-amz-request-id": request_id}
@@ -84,6 +108,10 @@ def _error_response(err: errors.S3Error, resource: str, request_id: str, method:
     if isinstance(err, errors.InvalidRange) and "ActualObjectSize" in err.fields:
         headers["Content-Range"] = ranges.unsatisfied_range(int(err.fields["ActualObjectSize"]))
     return web.Response(body=body, status=err.status, content_type="application/xml", headers=headers)
+
+
+def _namespace(proxy: Served) -> Namespace:
+    return Namespace(proxy.cfg.backend_bucket, proxy.cfg.backend_prefix)
 
 
 async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
@@ -141,6 +169,8 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
             response = await HANDLERS[op](ex)
         except errors.S3Error as e:
             error_code = e.code
+            if op is not Operation.UNKNOWN:
+                in_client_names(e, _namespace(proxy), s3.bucket, s3.key)
             if e.status >= 500:
                 log.warning(
                     "request failed",
