@@ -110,6 +110,13 @@ def _error_response(err: errors.S3Error, resource: str, request_id: str, method:
     return web.Response(body=body, status=err.status, content_type="application/xml", headers=headers)
 
 
+def _connection_proven(request: web.Request) -> None:
+    """Tell the connection (server.connections) that it carried an authenticated request."""
+    mark = getattr(request.protocol, "authenticated", None)
+    if mark is not None:
+        mark()
+
+
 def _namespace(proxy: Served) -> Namespace:
     return Namespace(proxy.cfg.backend_bucket, proxy.cfg.backend_prefix)
 
@@ -124,6 +131,7 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
     ex: Exchange | None = None
     response: web.StreamResponse | None = None
     error_code = ""
+    proven = False  # the request passed authentication
     metrics.in_flight.inc()
     if proxy.idle is not None:
         proxy.idle.begin()
@@ -151,6 +159,8 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
                 region=proxy.cfg.region,
             )
+            proven = True
+            _connection_proven(request)
             if op in _ACL_WRITES:
                 acl.check_acl_headers(request.headers, bucket=op is Operation.CREATE_BUCKET)
             if proxy.draining and op in _WRITES:
@@ -177,6 +187,10 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                     extra={"fields": {"request_id": request_id, "code": e.code, "error": str(e)}},
                 )
             response = _error_response(e, raw_path, request_id, request.method)
+            if not proven:
+                # Refused before authenticating: the connection is closed with the answer, so a client
+                # without credentials cannot keep sockets open by failing one request after another.
+                response.force_close()
         except (errors.FormatError, errors.KeyNotFound) as e:
             # Stored data that cannot be read is our problem, not the client's: 500, never bytes.
             error_code = "InternalError"
