@@ -16,11 +16,11 @@ tsproxy_connections_evicted_total). So a flood of unauthenticated sockets, howev
 only itself: a client that authenticates always gets a connection, and keeps it.
 
 Connections past `max_connections`, when every one of them has authenticated, are closed as they are
-accepted, before anything is read. The limit
-guards file descriptors and memory, so an excess connection must cost nothing: answering 503 SlowDown
-would first need its request read (a buffer, a parser, a deadline, the very things the limit protects),
-and a response written before the request is read is lost to the reset the unread request causes on
-close. SDKs retry a reset connection with backoff just as they retry a 503.
+accepted, before anything is read. The limit guards file descriptors and memory, so an excess connection
+must cost nothing: answering 503 SlowDown would first need its request read (a buffer, a parser, a
+deadline, the very things the limit protects), and a response written before the request is read is
+lost to the reset the unread request causes on close. SDKs retry a reset connection with backoff just as
+they retry a 503.
 
 A request aiohttp cannot parse (a header or request line past its limits, a malformed message) gets
 S3's XML error and one rate-limited log line, not aiohttp's plain-text answer and a traceback per
