@@ -119,6 +119,9 @@ XAmzContentSHA256Mismatch = _s3_error(
     "The provided 'x-amz-content-sha256' header does not match what was computed.",
 )
 BadRequest = _s3_error("BadRequest", 400, "Bad Request")
+InvalidChunkSizeError = _s3_error(
+    "InvalidChunkSizeError", 403, "Only the last chunk is allowed to have a size less than 8192 bytes"
+)
 RequestHeaderSectionTooLarge = _s3_error(
     "RequestHeaderSectionTooLarge", 400, "Your request header section exceeds the maximum allowed size."
 )

@@ -98,6 +98,11 @@ class Metrics:
             "Client connections closed as they were accepted because max_connections were open.",
             registry=r,
         )
+        self.connections_evicted = Counter(
+            "tsproxy_connections_evicted_total",
+            "Connections that had not yet authenticated a request, closed to make room for a new one.",
+            registry=r,
+        )
         # Backend side.
         self.backend_requests = Counter(
             "tsproxy_backend_requests_total",

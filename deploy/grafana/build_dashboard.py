@@ -251,6 +251,7 @@ ROWS: list[Row] = [
                 [
                     Target(total("tsproxy_connections_open"), "open"),
                     Target(rate("tsproxy_connections_refused_total"), "refused/s"),
+                    Target(rate("tsproxy_connections_evicted_total"), "evicted (unauthenticated)/s"),
                     Target(rate("tsproxy_client_timeouts_total", by="kind"), "timeouts/s ({{kind}})"),
                 ],
             ),

@@ -37,9 +37,14 @@ def decode(
     decoded_length: int | None = None,
     trailer: str | None = None,
     checksum: str | None = None,
+    min_chunk_size: int = 1,  # the framing tests use chunks of a few bytes for legibility
 ) -> tuple[bytes, dict[str, str]]:
     decoder = AwsChunkedDecoder(
-        auth, decoded_length=decoded_length, trailer=trailer, checksum_algorithm=checksum
+        auth,
+        decoded_length=decoded_length,
+        trailer=trailer,
+        checksum_algorithm=checksum,
+        min_chunk_size=min_chunk_size,
     )
     out = bytearray()
     start = 0
@@ -344,3 +349,18 @@ def test_payload_is_handed_back_without_copies() -> None:
 def test_unknown_checksum_algorithm() -> None:
     with pytest.raises(ValueError):
         AwsChunkedDecoder(UNSIGNED, decoded_length=None, trailer=None, checksum_algorithm="ADLER32")
+
+
+def test_only_the_last_chunk_may_be_shorter_than_8_kib() -> None:
+    """As S3: a chunk under 8192 bytes followed by another is refused (1-byte chunks cost a framing line,
+    and for signed bodies a signature, per byte); the last one may be any size."""
+    big, small = b"a" * 8192, b"b" * 100
+    body = b"2000\r\n" + big + b"\r\n64\r\n" + small + b"\r\n0\r\n\r\n"
+    assert decode(UNSIGNED, body, min_chunk_size=8192)[0] == big + small
+    body = b"64\r\n" + small + b"\r\n2000\r\n" + big + b"\r\n0\r\n\r\n"
+    with pytest.raises(errors.InvalidChunkSizeError) as exc:
+        decode(UNSIGNED, body, min_chunk_size=8192)
+    assert exc.value.status == 403 and exc.value.fields["BadChunkSize"] == "100"
+    one_byte = b"".join(b"1\r\nx\r\n" for _ in range(3)) + b"0\r\n\r\n"
+    with pytest.raises(errors.InvalidChunkSizeError):
+        AwsChunkedDecoder(UNSIGNED, decoded_length=None, trailer=None, checksum_algorithm=None).feed(one_byte)

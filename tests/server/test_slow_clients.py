@@ -135,9 +135,9 @@ def test_a_kept_alive_connection_gets_a_fresh_deadline_per_request(quick: Runnin
     with _connect(quick) as sock:
         for _ in range(3):
             # Idle between requests for longer than the header deadline: only keep-alive limits that.
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.sendall(_signed_head("GET", quick.endpoint + "/", {}))
             status, body = _response(sock)
-            assert status == 403 and b"<Code>AccessDenied</Code>" in body
+            assert status == 200 and b"<ListAllMyBucketsResult" in body
             assert not _closed_by_server(sock, 1.0)
         # The first bytes of a next request start its deadline.
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0")
@@ -188,6 +188,9 @@ def test_connections_past_the_limit_are_closed_at_accept(
     held: list[socket.socket] = []
     try:
         held = [_connect(running) for _ in range(3)]
+        for sock in held:  # authenticated connections are never closed to make room for another
+            sock.sendall(_signed_head("GET", running.endpoint + "/", {}))
+            assert _response(sock)[0] == 200
         _eventually(lambda: _sample(running, "tsproxy_connections_open") == 3)
         with _connect(running) as extra:
             assert _closed_by_server(extra)
@@ -200,6 +203,30 @@ def test_connections_past_the_limit_are_closed_at_accept(
     finally:
         for sock in held:
             sock.close()
+        running.stop()
+
+
+def test_unauthenticated_connections_make_room_and_close_after_their_error(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A connection that has not authenticated is closed after an authentication error, and the oldest
+    such connection is closed when a new one needs room: a flood never locks a real client out."""
+    running = start_proxy("local", tmp_path, request, max_connections=3, header_timeout="60s")
+    try:
+        with _connect(running) as refused:
+            refused.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            status, body = _response(refused)
+            assert status == 403 and b"<Code>AccessDenied</Code>" in body
+            assert _closed_by_server(refused)
+        idle = [_connect(running) for _ in range(3)]
+        _eventually(lambda: _sample(running, "tsproxy_connections_open") == 3)
+        running.client().create_bucket(Bucket="room-for-me")  # a fourth connection: the oldest idle goes
+        assert _closed_by_server(idle[0])
+        assert _sample(running, "tsproxy_connections_refused_total") == 0
+        assert _sample(running, "tsproxy_connections_evicted_total") >= 1
+        for sock in idle:
+            sock.close()
+    finally:
         running.stop()
 
 

@@ -95,7 +95,7 @@ class _Kek:
                 serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
             )
             return cls(key_id, kind, created, der, private)
-        raise KeyRingError(f"key ring: unknown key kind {kind!r} (known: {', '.join(KINDS)})")
+        raise KeyRingError(f"key ring: unknown key kind (known: {', '.join(KINDS)})")
 
     @classmethod
     def from_json(cls, entry: Any, where: str) -> _Kek:
@@ -127,7 +127,9 @@ class _Kek:
             if not isinstance(private, rsa.RSAPrivateKey) or private.key_size < RSA_BITS:
                 raise KeyRingError(f"{where}: key {key_id!r}: must be an RSA key of at least {RSA_BITS} bits")
             return cls(key_id, kind, fields["created"], material, private)
-        raise KeyRingError(f"{where}: key {key_id!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        # The value is not repeated: a field holding something else (key material pasted in the wrong
+        # place) must not reach a log through the error that refuses it.
+        raise KeyRingError(f"{where}: key {key_id!r}: unknown kind (known: {', '.join(KINDS)})")
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -153,8 +155,9 @@ class _Kek:
 
 def _check_id(key_id: str, where: str = "key ring") -> None:
     if not _ID.match(key_id):
+        # Not repeated in the message: it may be key material pasted into the wrong field.
         raise KeyRingError(
-            f"{where}: key id {key_id!r} must be 1-64 letters, digits, '.', '_' or '-', "
+            f"{where}: a key id must be 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
 
@@ -187,7 +190,7 @@ class KeyRing:
         entries = doc.get("keys")
         if not isinstance(entries, list) or not entries:
             raise KeyRingError(f"{where}: 'keys' must be a non-empty list")
-        keys = [_Kek.from_json(entry, where) for entry in entries]
+        keys = [_Kek.from_json(entry, f"{where}: key #{n}") for n, entry in enumerate(entries, 1)]
         seen: set[str] = set()
         for k in keys:
             if k.key_id in seen:

@@ -35,6 +35,7 @@ from tsproxy.s3.sigv4 import (
 
 MAX_LINE = 4096  # a chunk header is ~90 bytes, a trailer line ~110; anything near this is not a client
 MAX_TRAILERS = 8
+MIN_CHUNK_SIZE = 8192  # S3's least size of every chunk but the last
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _SIGNATURE = b"chunk-signature="
 
@@ -62,6 +63,7 @@ class AwsChunkedDecoder:
         decoded_length: int | None,
         trailer: str | None,
         checksum_algorithm: str | None,
+        min_chunk_size: int = MIN_CHUNK_SIZE,
     ) -> None:
         self._signed = auth.payload_mode in SIGNED_STREAMING
         self._trailer_signed = auth.payload_mode == STREAMING_SIGNED_TRAILER
@@ -81,6 +83,9 @@ class AwsChunkedDecoder:
         self._chunk_hash = hashlib.sha256()
         self._crlf_seen = 0
         self._received = 0
+        self._min_chunk_size = min_chunk_size
+        self._last_size = 0  # of the chunk before the one being read
+        self._chunks = 0
         self._trailers: dict[str, str] = {}
         self._trailer_signature: str | None = None
         self._trailer_lines = 0
@@ -190,6 +195,12 @@ class AwsChunkedDecoder:
                 "The aws-chunked body holds more than x-amz-decoded-content-length bytes."
             )
         if size:
+            if 0 < self._last_size < self._min_chunk_size:
+                # A short chunk followed by another was not the last: S3 refuses it, and 1-byte chunks
+                # would cost a framing line (and a signature) per byte.
+                raise errors.InvalidChunkSizeError(Chunk=str(self._chunks), BadChunkSize=str(self._last_size))
+            self._last_size = size
+            self._chunks += 1
             self._remaining = size
             self._state = _State.DATA
             return

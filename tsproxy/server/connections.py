@@ -8,11 +8,19 @@ further request on a kept-alive connection, until its headers are complete; past
 closed (there is no request yet to answer). A stalled *body* is the request's business: see
 request_body, which answers 400 RequestTimeout.
 
-Connections past `max_connections` are closed as they are accepted, before anything is read. The limit
-guards file descriptors and memory, so an excess connection must cost nothing: answering 503 SlowDown
-would first need its request read (a buffer, a parser, a deadline, the very things the limit protects),
-and a response written before the request is read is lost to the reset the unread request causes on
-close. SDKs retry a reset connection with backoff just as they retry a 503.
+Connections that have not yet carried an authenticated request hold no more than their share: one whose
+request fails authentication is closed with its answer (as it can only try again), and when a new
+connection finds `max_connections` open, or its client (peer address) already holding `PEER_SHARE` of the
+limit in such connections, the oldest of them is closed to make room (counted in
+tsproxy_connections_evicted_total). So a flood of unauthenticated sockets, however kept alive, displaces
+only itself: a client that authenticates always gets a connection, and keeps it.
+
+Connections past `max_connections`, when every one of them has authenticated, are closed as they are
+accepted, before anything is read. The limit guards file descriptors and memory, so an excess connection
+must cost nothing: answering 503 SlowDown would first need its request read (a buffer, a parser, a
+deadline, the very things the limit protects), and a response written before the request is read is
+lost to the reset the unread request causes on close. SDKs retry a reset connection with backoff just as
+they retry a 503.
 
 A request aiohttp cannot parse (a header or request line past its limits, a malformed message) gets
 S3's XML error and one rate-limited log line, not aiohttp's plain-text answer and a traceback per
@@ -38,6 +46,7 @@ from tsproxy.s3 import xml
 
 log = logging.getLogger("tsproxy.server")
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two log lines about refused connections
+PEER_SHARE = 4  # one peer address may hold 1/PEER_SHARE of max_connections before authenticating
 
 
 class ConnectionGuard:
@@ -48,12 +57,24 @@ class ConnectionGuard:
         self.header_timeout = header_timeout
         self.max_connections = max_connections
         self.open = 0
+        self.peer_share = max(8, max_connections // PEER_SHARE)
+        # Connections that have not authenticated a request yet, oldest first, overall and by peer.
+        self._unproven: dict[GuardedRequestHandler, None] = {}
+        self._unproven_by_peer: dict[str, dict[GuardedRequestHandler, None]] = {}
         self._last_refusal_log = 0.0
         self._last_bad_request_log = 0.0
         self._bad_requests = 0
 
-    def admit(self) -> bool:
-        """Count a new connection in, or refuse it (False) when max_connections are open."""
+    def admit(self, handler: GuardedRequestHandler | None = None, peer: str = "") -> bool:
+        """Count a new connection in, making room by closing the oldest connection that has not
+        authenticated (its peer's own when the peer holds its share), or refuse it (False) when
+        max_connections are open and all have authenticated."""
+        if handler is not None:
+            mine = self._unproven_by_peer.get(peer)
+            if mine is not None and len(mine) >= self.peer_share:
+                self._evict(next(iter(mine)))
+            if self.open >= self.max_connections and self._unproven:
+                self._evict(next(iter(self._unproven)))
         if self.open >= self.max_connections:
             self.metrics.connections_refused.inc()
             now = time.monotonic()
@@ -66,7 +87,26 @@ class ConnectionGuard:
             return False
         self.open += 1
         self.metrics.connections_open.set(self.open)
+        if handler is not None:
+            self._unproven[handler] = None
+            self._unproven_by_peer.setdefault(peer, {})[handler] = None
         return True
+
+    def proven(self, handler: GuardedRequestHandler) -> None:
+        """The connection carried an authenticated request: it is no longer evicted for room."""
+        if self._unproven.pop(handler, False) is None:
+            self._forget_peer(handler)
+
+    def _forget_peer(self, handler: GuardedRequestHandler) -> None:
+        mine = self._unproven_by_peer.get(handler.peer)
+        if mine is not None:
+            mine.pop(handler, None)
+            if not mine:
+                del self._unproven_by_peer[handler.peer]
+
+    def _evict(self, handler: GuardedRequestHandler) -> None:
+        self.metrics.connections_evicted.inc()
+        handler.evict()
 
     def bad_request(self, error: BaseException | None) -> None:
         """Count a request aiohttp could not parse; log one line (no traceback) at most every interval."""
@@ -80,9 +120,11 @@ class ConnectionGuard:
             )
             self._bad_requests = 0
 
-    def release(self) -> None:
+    def release(self, handler: GuardedRequestHandler | None = None) -> None:
         self.open -= 1
         self.metrics.connections_open.set(self.open)
+        if handler is not None and self._unproven.pop(handler, False) is None:
+            self._forget_peer(handler)
 
 
 class GuardedRequestHandler(RequestHandler):
@@ -92,23 +134,42 @@ class GuardedRequestHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self._guard = manager.guard
         self._admitted = False
+        self._started = False
         self._header_deadline: asyncio.TimerHandle | None = None
+        self.peer = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._guard.admit():
+        peername = transport.get_extra_info("peername")
+        self.peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
+        if not self._guard.admit(self, self.peer):
             transport.close()
             return
-        self._admitted = True
+        self._admitted = self._started = True
         super().connection_made(transport)
         self._arm_header_deadline()  # the first request's headers are due from the moment it opens
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._admitted:
+        if not self._started:
             return
-        self._admitted = False
-        self._guard.release()
+        self._started = False
+        if self._admitted:
+            self._admitted = False
+            self._guard.release(self)
         self._disarm_header_deadline()
         super().connection_lost(exc)
+
+    def authenticated(self) -> None:
+        """Called when a request on this connection passed authentication."""
+        if self._admitted:
+            self._guard.proven(self)
+
+    def evict(self) -> None:
+        """Close this connection (it has not authenticated) to make room; it no longer counts."""
+        if self._admitted:
+            self._admitted = False
+            self._guard.release(self)
+        if self.transport is not None:
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         # The first byte of a further request on a kept-alive connection starts its header deadline.

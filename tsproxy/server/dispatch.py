@@ -24,6 +24,8 @@ from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import route
 from tsproxy.server import acl, buckets, listing, multipart, object_handlers
 from tsproxy.server.exchange import Exchange, Handler, Served
+from tsproxy.service.namespace import Namespace
+from tsproxy.service.namespace import backend_name as _backend_name
 
 log = logging.getLogger("tsproxy.server")
 access_log = logging.getLogger("tsproxy.access")
@@ -76,6 +78,28 @@ def _query(raw_query: str) -> dict[str, str]:
     return dict(parse_qsl(raw_query, keep_blank_values=True))
 
 
+def in_client_names(err: errors.S3Error, ns: Namespace, bucket: str | None, key: str | None) -> None:
+    """Name the client's bucket and key in an error's fields, never the backend's: a backend error
+    carries the backend bucket and the backend key (tenant prefix, escaped form, tsproxy's own state).
+    A backend key no client key maps to is left out."""
+    if bucket is None:
+        return
+    if ns.mapped and err.fields.get("BucketName") == ns.backend_bucket:
+        err.fields["BucketName"] = bucket
+    name = err.fields.get("Key")
+    if name is None or name == key:
+        return
+    root = ns.root(bucket).key
+    if key is not None and name == root + _backend_name(key):
+        err.fields["Key"] = key
+    elif name.startswith(root) and (ns.mapped or name.startswith(".tsproxy")):
+        client = ns.client_key(bucket, name)
+        if client is None:
+            del err.fields["Key"]
+        else:
+            err.fields["Key"] = client
+
+
 def _error_response(err: errors.S3Error, resource: str, request_id: str, method: str) -> web.Response:
     body = b"" if method == "HEAD" else xml.error_xml(err, resource, request_id)
     headers = {"x-amz-request-id": request_id}
@@ -84,6 +108,17 @@ def _error_response(err: errors.S3Error, resource: str, request_id: str, method:
     if isinstance(err, errors.InvalidRange) and "ActualObjectSize" in err.fields:
         headers["Content-Range"] = ranges.unsatisfied_range(int(err.fields["ActualObjectSize"]))
     return web.Response(body=body, status=err.status, content_type="application/xml", headers=headers)
+
+
+def _connection_proven(request: web.Request) -> None:
+    """Tell the connection (server.connections) that it carried an authenticated request."""
+    mark = getattr(request.protocol, "authenticated", None)
+    if mark is not None:
+        mark()
+
+
+def _namespace(proxy: Served) -> Namespace:
+    return Namespace(proxy.cfg.backend_bucket, proxy.cfg.backend_prefix)
 
 
 async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
@@ -96,6 +131,7 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
     ex: Exchange | None = None
     response: web.StreamResponse | None = None
     error_code = ""
+    proven = False  # the request passed authentication
     metrics.in_flight.inc()
     if proxy.idle is not None:
         proxy.idle.begin()
@@ -123,6 +159,8 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 max_skew=timedelta(seconds=proxy.cfg.max_clock_skew),
                 region=proxy.cfg.region,
             )
+            proven = True
+            _connection_proven(request)
             if op in _ACL_WRITES:
                 acl.check_acl_headers(request.headers, bucket=op is Operation.CREATE_BUCKET)
             if proxy.draining and op in _WRITES:
@@ -141,12 +179,18 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
             response = await HANDLERS[op](ex)
         except errors.S3Error as e:
             error_code = e.code
+            if op is not Operation.UNKNOWN:
+                in_client_names(e, _namespace(proxy), s3.bucket, s3.key)
             if e.status >= 500:
                 log.warning(
                     "request failed",
                     extra={"fields": {"request_id": request_id, "code": e.code, "error": str(e)}},
                 )
             response = _error_response(e, raw_path, request_id, request.method)
+            if not proven:
+                # Refused before authenticating: the connection is closed with the answer, so a client
+                # without credentials cannot keep sockets open by failing one request after another.
+                response.force_close()
         except (errors.FormatError, errors.KeyNotFound) as e:
             # Stored data that cannot be read is our problem, not the client's: 500, never bytes.
             error_code = "InternalError"

@@ -42,7 +42,8 @@ async def create_multipart_upload(ex: Exchange) -> web.StreamResponse:
 def _part_number(query: Mapping[str, str]) -> int:
     raw = query.get("partNumber", "")
     # Not a number: refused as out of range, as S3 does.
-    part_no = int(raw) if raw.isascii() and raw.isdigit() else 0
+    # Not a number, or one written with a leading zero: refused as out of range, as S3 does.
+    part_no = int(raw) if raw.isascii() and raw.isdigit() and not raw.startswith("0") else 0
     check_part_number(part_no)
     return part_no
 

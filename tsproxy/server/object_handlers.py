@@ -155,7 +155,7 @@ def _part_number(query: Mapping[str, str]) -> int | None:
     raw = query.get("partNumber")
     if raw is None:
         return None
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 10000:
+    if not (raw.isascii() and raw.isdigit()) or raw.startswith("0") or not 1 <= int(raw) <= 10000:
         raise errors.InvalidArgument(
             "Part number must be an integer between 1 and 10000, inclusive",
             ArgumentName="partNumber",

@@ -117,7 +117,7 @@ async def payload(
     length = _declared_length(headers, chunked)
     if chunked and length is None and "content-length" not in headers:
         raise errors.MissingContentLength()
-    if not chunked and length is None and headers.get("transfer-encoding", "").lower() != "chunked":
+    if not chunked and length is None:  # a body sent with Transfer-Encoding: chunked too, as S3 answers
         raise errors.MissingContentLength()
     if length is not None and length > MAX_PART_SIZE:
         raise errors.EntityTooLarge()
