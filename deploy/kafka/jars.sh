@@ -11,17 +11,16 @@
 #   deploy/kafka/jars.sh --dir    print the path only (the tests use it to find the jars)
 #
 # The plugin: the published io.aiven jars (maven/plugin/pom.xml) when Maven resolves them; otherwise the
-# same release compiled from its source tarball (maven/plugin-source/pom.xml), looked for at
-# $AIVEN_TS_SOURCE, then <cache>/tsproxy/kafka/src/tiered-storage-for-apache-kafka-1.0.0.tar.gz (a
-# directory of that name without .tar.gz works too). Without either the broker is still installed and the
-# plugin folder is left out: the broker tests then skip, saying so.
+# plugin's release distribution as its project ships it (its core and s3 archives unpacked into one folder
+# of jars), looked for at $AIVEN_TS_PLUGIN_DIR, then <cache>/tsproxy/kafka/dist/tiered-storage-for-apache-kafka-1.0.0.
+# Without either the broker is still installed and the plugin folder is left out: the broker tests then
+# skip, saying so.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/tsproxy/kafka"
 release=tiered-storage-for-apache-kafka-1.0.0
-hash=$(cat "$here/jars.sh" "$here/maven/broker/pom.xml" "$here/maven/plugin/pom.xml" \
-  "$here/maven/plugin-source/pom.xml" | sha256sum | cut -c1-16)
+hash=$(cat "$here/jars.sh" "$here/maven/broker/pom.xml" "$here/maven/plugin/pom.xml" | sha256sum | cut -c1-16)
 dir="$cache_root/$hash"
 
 if [ "${1:-}" = "--dir" ]; then
@@ -54,29 +53,15 @@ if mvn -B -q -f "$here/maven/plugin/pom.xml" dependency:copy-dependencies \
   echo "kafka-jars: Aiven's plugin from its published jars" >&2
 else
   rm -rf "$work/plugin"
-  source="${AIVEN_TS_SOURCE:-}"
-  if [ -z "$source" ]; then
-    for candidate in "$cache_root/src/$release" "$cache_root/src/$release.tar.gz"; do
-      if [ -e "$candidate" ]; then source=$candidate; break; fi
-    done
-  fi
-  if [ -z "$source" ]; then
-    echo "kafka-jars: Aiven's plugin is not served by the Maven repository here and no source was found" >&2
-    echo "kafka-jars: (set AIVEN_TS_SOURCE or put $release.tar.gz in $cache_root/src); broker tests will skip" >&2
-    plugin=no
+  dist="${AIVEN_TS_PLUGIN_DIR:-$cache_root/dist/$release}"
+  if ls "$dist"/*.jar >/dev/null 2>&1; then
+    echo "kafka-jars: Aiven's plugin from its distribution at $dist" >&2
+    mkdir -p "$work/plugin"
+    cp "$dist"/*.jar "$work/plugin/"
   else
-    if [ -d "$source" ]; then
-      tree=$source
-    else
-      mkdir -p "$work/src"
-      tar -xzf "$source" -C "$work/src"
-      tree="$work/src/$release"
-    fi
-    echo "kafka-jars: Aiven's plugin compiled from $source" >&2
-    mvn_quiet -f "$here/maven/plugin-source/pom.xml" -Daiven.src="$tree" \
-      -Dbuild.dir="$work/build" package dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$work/plugin"
-    cp "$work/build/$release.jar" "$work/plugin/"
+    echo "kafka-jars: Aiven's plugin is not served by the Maven repository here and no distribution was found" >&2
+    echo "kafka-jars: (unpack its release into $cache_root/dist/$release or set AIVEN_TS_PLUGIN_DIR); broker tests will skip" >&2
+    plugin=no
   fi
 fi
 
@@ -92,7 +77,6 @@ if [ "$plugin" = yes ]; then
 fi
 
 rm -f "$work/mvn.log" "$work/plugin-mvn.log"
-rm -rf "$work/src" "$work/build"
 rm -rf "$dir"
 mv "$work" "$dir"
 trap - EXIT
