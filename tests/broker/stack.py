@@ -124,6 +124,8 @@ class TsproxyServer:
     def cli(self, *args: str, timeout: float = 300) -> str:
         """Run `tsproxy ARGS` with this server's configuration in the environment; its stdout."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TSPROXY_")}
+        # Spark's Python workers (tsproxy jobs) must run this interpreter, not the first python3 on PATH.
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
         if self.config_path.exists():
             env["TSPROXY_CONFIG"] = str(self.config_path)
         proc = subprocess.run(

@@ -6,14 +6,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tests.broker.conftest import BIG, PLAIN, Dataset, Stack
+from tests.broker.conftest import PLAIN, Dataset, Stack
 from tests.broker.records import consume
 from tests.broker.stack import wait_for
 from tsproxy.format import KeyRing, open_object
 
 
 class Readers:
-    """Consumers reading PLAIN and BIG from the earliest offset, pass after pass, until stopped."""
+    """A consumer reading PLAIN from the earliest offset (remote segments), pass after pass, until stopped."""
 
     def __init__(self, stack: Stack, dataset: Dataset) -> None:
         self.stack, self.dataset = stack, dataset
@@ -25,7 +25,7 @@ class Readers:
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                for topic, n in ((PLAIN, 3), (BIG, 1)):
+                for topic, n in ((PLAIN, 3),):
                     got = consume(self.stack.broker.bootstrap, topic, range(n), timeout=120)
                     for p in range(n):
                         if got[p] != self.dataset.produced[(topic, p)]:
@@ -80,10 +80,9 @@ def test_key_rotation_while_consumers_read(stack: Stack, dataset: Dataset, tmp_p
             timeout=600,
         )
         assert _kek_ids(stack) == {"kek-rotated"}
-        readers.passes_after(1)
         stack.tsproxy.cli("keys", "remove", *old, "--key-ring", ring, "--yes")
         wait_for(lambda: stack.tsproxy.metric("tsproxy_key_ring_keys") == 1, 30, "tsproxy kept the old key")
-        readers.passes_after(2)  # reads without the old key on the ring
+        readers.passes_after(2)  # at least one whole pass without the old key on the ring
     finally:
         readers.stop.set()
         readers.thread.join(300)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.broker.conftest import Dataset, Stack
-from tests.broker.records import Rec, consume
+from tests.broker.conftest import CODECS, PLAIN, TXN, Dataset, Stack
+from tests.broker.records import Rec
 from tests.broker.stack import ACCESS_KEY, REGION, SECRET_KEY
 
 pytestmark = pytest.mark.spark
@@ -64,16 +64,20 @@ def _read(spark: Any, stack: Stack, topics: str, isolation: str) -> dict[tuple[s
 def test_spark_source_returns_what_the_consumer_reads(
     spark: Any, stack: Stack, dataset: Dataset, isolation: str
 ) -> None:
-    topics = sorted(dataset.partitions)
+    """What the consumer reads is what was produced (test_broker_roundtrip), so the records produced
+    stand for it here. BIG is left out: more of the same uncompressed batches, and slow in Spark."""
+    if isolation == "read_uncommitted":
+        topics, expected = [PLAIN, CODECS, TXN], dataset.produced
+    else:
+        topics, expected = [TXN], dataset.committed
     got = _read(spark, stack, ",".join(topics), isolation)
     compared = 0
     for topic in topics:
-        n = dataset.partitions[topic]
-        consumed = consume(stack.broker.bootstrap, topic, range(n), isolation=isolation)
-        for p in range(n):
+        for p in range(dataset.partitions[topic]):
             remote_end = stack.broker.local_segments(topic, p)[0]  # the active segment's base offset
-            want = [r for r in consumed[p] if r.offset < remote_end]
+            want = [r for r in expected[(topic, p)] if r.offset < remote_end]
             assert want, (topic, p)
             assert got.get((topic, p), []) == want, (topic, p)
             compared += len(want)
-    assert compared > 10_000
+    assert compared > (5_000 if isolation == "read_uncommitted" else 500)
+    assert set(got) == {(t, p) for t in topics for p in range(dataset.partitions[t])}
