@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tarfile
@@ -145,6 +146,7 @@ def built() -> Built:
     buildah("rm", probe.stdout.strip())
     base = build.make_base()
     bundle = build.ca_bundle(None)
+    CACHE.mkdir(parents=True, exist_ok=True)
     secret = CACHE / "build-ca.pem"
     secret.write_bytes((bundle.read_bytes() if bundle else b"") + b"\n" + _marker_ca())
     out = Built(base, secret)
@@ -170,11 +172,13 @@ class Layer:
 
 
 @pytest.fixture(scope="module")
-def layers(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Layer]]:
-    """Every layer of each image as the tar a registry would get (uncompressed)."""
+def layers(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[Layer]]]:
+    """Every layer of each image as the tar a registry would get (uncompressed; removed afterwards)."""
     found: dict[str, list[Layer]] = {}
+    targets = []
     for extras, image in built.images.items():
         target = tmp_path_factory.mktemp("layers")
+        targets.append(target)
         buildah("push", "--quiet", "--disable-compression", image.name, f"dir:{target}")
         manifest = json.loads((target / "manifest.json").read_text())
         found[extras] = []
@@ -182,7 +186,9 @@ def layers(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             path = target / entry["digest"].split(":", 1)[1]
             with tarfile.open(path, "r:*") as tar:
                 found[extras].append(Layer(entry["digest"], tar.getmembers(), path))
-    return found
+    yield found
+    for target in targets:
+        shutil.rmtree(target, ignore_errors=True)
 
 
 class Box:
