@@ -37,7 +37,7 @@ RUN --mount=type=secret,id=ca \
 WORKDIR /src
 RUN python -m venv /opt/tsproxy
 # The dependencies first, from pyproject.toml alone, so that a change to tsproxy's code rebuilds less.
-# Every dependency of every extra ships manylinux wheels (pyspark: pure Python), so no compiler is needed.
+# Every dependency of every extra ships manylinux wheels (pyspark a pure-Python sdist): no compiler needed.
 COPY pyproject.toml ./
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
