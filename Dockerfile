@@ -21,33 +21,46 @@ ARG EXTRAS=fast
 # Build stage: tsproxy and its dependencies in a self-contained virtualenv, trimmed; for the pipeline,
 # a Java runtime cut down to the modules Spark uses.
 FROM ${BASE} AS build
-ARG EXTRAS
 # pip compiles every module it installs: the image starts without compiling (it could not write them).
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# binutils strips the libraries; the JDK's jlink makes the pipeline's Java runtime.
+# Up to `ARG EXTRAS` the steps do not depend on the extras: both images share their layers.
+# binutils strips the libraries.
 # hadolint ignore=DL3008,SC2086
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then ca="-o Acquire::https::CAInfo=/run/secrets/ca"; else ca=""; fi \
-    && tools=binutils \
-    && case ",${EXTRAS}," in *,spark,*) tools="$tools default-jdk-headless" ;; esac \
     && apt-get $ca update \
-    && DEBIAN_FRONTEND=noninteractive apt-get $ca install -y --no-install-recommends $tools \
+    && DEBIAN_FRONTEND=noninteractive apt-get $ca install -y --no-install-recommends binutils \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/tsproxy
 # The dependencies first, from pyproject.toml alone, so that a change to tsproxy's code rebuilds less.
-# Every dependency of every extra ships manylinux wheels (pyspark: pure Python), so no compiler is needed.
+# Every dependency of every extra ships manylinux wheels (pyspark a pure-Python sdist): no compiler needed.
 COPY pyproject.toml ./
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+      > requirements.txt \
+    && /opt/tsproxy/bin/pip install --no-cache-dir -r requirements.txt
+ARG EXTRAS
+# The pipeline's Java runtime is made by the JDK's jlink, below.
+# hadolint ignore=DL3008,SC2086
+RUN --mount=type=secret,id=ca \
+    case ",${EXTRAS}," in \
+      *,spark,*) if [ -s /run/secrets/ca ]; then ca="-o Acquire::https::CAInfo=/run/secrets/ca"; else ca=""; fi \
+        && apt-get $ca update \
+        && DEBIAN_FRONTEND=noninteractive apt-get $ca install -y --no-install-recommends default-jdk-headless \
+        && rm -rf /var/lib/apt/lists/* ;; \
+    esac
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 extras = [e for e in sys.argv[1].split(",") if e]; \
 unknown = set(extras) - set(p["optional-dependencies"]); \
 sys.exit(f"EXTRAS: no extra {sorted(unknown)}") if unknown else None; \
-print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' \
-      "${EXTRAS}" > requirements.txt \
-    && /opt/tsproxy/bin/pip install --no-cache-dir -r requirements.txt
+print("\n".join(d for e in extras for d in p["optional-dependencies"][e]))' \
+      "${EXTRAS}" > extras.txt \
+    && /opt/tsproxy/bin/pip install --no-cache-dir -r requirements.txt -r extras.txt
 # What tsproxy never loads goes: tests, sources, pyarrow's Flight and S3, symbols, other platforms' natives.
 COPY deploy/image/slim.py ./
 RUN /opt/tsproxy/bin/python slim.py /opt/tsproxy

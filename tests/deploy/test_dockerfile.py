@@ -98,7 +98,8 @@ def test_the_ca_secret_reaches_only_the_steps_that_fetch() -> None:
     mount = "--mount=type=secret,id=ca"
     runs = [rest for word, rest in _instructions() if word == "RUN"]
     fetching = [r for r in runs if "apt-get" in r or "pip install" in r]
-    assert len(fetching) == 3, fetching  # apt (build tools), pip (dependencies), pip (tsproxy)
+    # apt (binutils; the JDK), pip (the dependencies; the extras'), pip (tsproxy)
+    assert len(fetching) == 5, fetching
     for run in fetching:
         assert run.startswith(mount + " "), run
         assert "/run/secrets/ca" in _script(run), "the step must use the bundle when it is there"
@@ -171,9 +172,21 @@ def test_extras_build_arg_picks_the_extras_and_java_comes_with_spark() -> None:
     stages = [i for i, (word, _) in enumerate(instructions) if word == "FROM"]
     build = instructions[stages[0] : stages[1]]
     assert ("ARG", "EXTRAS") in build, "the build stage must take the global EXTRAS in"
-    [apt] = [_script(rest) for word, rest in build if word == "RUN" and "apt-get" in rest]
-    [java] = [_script(rest) for word, rest in build if word == "RUN" and "jlink" in rest]
-    [requirements] = [_script(rest) for word, rest in build if word == "RUN" and "requirements.txt" in rest]
+    takes_extras = build.index(("ARG", "EXTRAS"))
+
+    def step(*words: str) -> tuple[int, str]:
+        [(at, script)] = [(i, _script(rest)) for i, (word, rest) in enumerate(build)
+                          if word == "RUN" and all(w in rest for w in words)]  # fmt: skip
+        return at, script
+
+    # What does not depend on the extras comes before they are taken in: both images share it.
+    binutils_at, binutils = step("apt-get", "binutils")
+    core_at, core = step("requirements.txt", '["dependencies"]')
+    assert binutils_at < takes_extras and core_at < takes_extras
+    jdk_at, apt = step("apt-get", "default-jdk-headless")
+    extras_at, extras_step = step("extras.txt")
+    _, java = step("jlink")
+    assert takes_extras < jdk_at and takes_extras < extras_at
 
     def would_run(script: str, extras: str, *tools: str) -> str:
         """The step's own shell code, with its commands only echoed."""
@@ -188,26 +201,30 @@ def test_extras_build_arg_picks_the_extras_and_java_comes_with_spark() -> None:
         assert "default-jdk-headless" in would_run(apt, extras, "apt-get", "rm -rf"), extras
         assert "jlink --output /opt/java" in would_run(java, extras, "jlink", "cp -L"), extras
     for extras in ("fast", "", "sparkling"):
-        assert "jdk" not in would_run(apt, extras, "apt-get", "rm -rf"), extras
+        assert would_run(apt, extras, "apt-get", "rm -rf") == "", extras
         assert would_run(java, extras, "jlink", "cp -L", "mkdir") == "mkdir /opt/java\n", extras
+    assert "binutils" in would_run(binutils, "", "apt-get", "rm -rf")
     # Spark's launcher passes --add-modules=jdk.incubator.vector: without it the JVM would not start.
     assert "jdk.incubator.vector" in java and "java.sql" in java and "jdk.unsupported" in java
 
-    # The requirements step lists what pyproject.toml gives the extras, and refuses an unknown one.
-    snippet = requirements.split(" > requirements.txt")[0].split("&& ", 1)[1]
+    # The dependency steps list what pyproject.toml declares: the core, then the extras', refusing an
+    # unknown extra; pip installs both lists together, so the extras cannot move the core's versions.
     declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
-    def listed(extras: str) -> subprocess.CompletedProcess[str]:
-        script = snippet.replace("python -c", f"{shlex.quote(sys.executable)} -c")
-        return subprocess.run(["sh", "-c", script], env={"EXTRAS": extras}, cwd=REPO,
+    def listed(script: str, output: str, extras: str) -> subprocess.CompletedProcess[str]:
+        snippet = script.split(f" > {output}")[0].split("&& ", 1)[1]
+        snippet = snippet.replace("python -c", f"{shlex.quote(sys.executable)} -c")
+        return subprocess.run(["sh", "-c", snippet], env={"EXTRAS": extras}, cwd=REPO,
                               capture_output=True, text=True, timeout=30)  # fmt: skip
 
-    spark = listed("fast,spark")
-    assert spark.returncode == 0, spark.stderr
-    want = declared["dependencies"] + declared["optional-dependencies"]["fast"]
-    assert spark.stdout.split() == want + declared["optional-dependencies"]["spark"]
-    assert listed("fast").stdout.split() == want
-    refused = listed("fast,sparkling")
+    assert listed(core, "requirements.txt", "").stdout.split() == declared["dependencies"]
+    optional = declared["optional-dependencies"]
+    assert (
+        listed(extras_step, "extras.txt", "fast,spark").stdout.split() == optional["fast"] + optional["spark"]
+    )
+    assert listed(extras_step, "extras.txt", "fast").stdout.split() == optional["fast"]
+    assert listed(extras_step, "extras.txt", "").stdout.split() == []
+    refused = listed(extras_step, "extras.txt", "fast,sparkling")
     assert refused.returncode != 0 and "sparkling" in refused.stderr
-    [pip] = [_script(r) for w, r in build if w == "RUN" and "pip install" in r and "requirements" in r]
-    assert "pip install --no-cache-dir -r requirements.txt" in pip
+    assert "pip install --no-cache-dir -r requirements.txt" in core
+    assert "pip install --no-cache-dir -r requirements.txt -r extras.txt" in extras_step
