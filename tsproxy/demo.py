@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import base64
 import json
-import os
 import random
 import shlex
 import sys
@@ -34,6 +33,7 @@ from tsproxy.kafka.codecs import CODEC_NONE, CODEC_ZSTD
 from tsproxy.kafka.layout import aiven_segment_key
 from tsproxy.kafka.manifest import plain_manifest
 from tsproxy.kafka.records import Record
+from tsproxy.store.s3errors import BackendRefused
 
 DEFAULT_ENDPOINT = f"http://127.0.0.1:{defaults.LISTEN[1]}"
 DEFAULT_BUCKET = "demo-tiered"
@@ -115,8 +115,8 @@ async def upload(
     prefix: str,
     topic: str,
     topic_id: str,
-    access_key: str,
-    secret_key: str,
+    access_key: str | None,
+    secret_key: str | None,
     region: str,
 ) -> int:
     """Create the bucket (if need be) and store every segment's objects; returns the bytes written."""
@@ -161,21 +161,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--region", default=defaults.REGION, help=f"(default {defaults.REGION})")
     p.add_argument(
         "--access-key",
-        help="access key (default: $AWS_ACCESS_KEY_ID, else the development credentials of `make run`)",
+        help="access key (default: the AWS credential chain, else the development credentials of `make run`)",
     )
-    p.add_argument("--secret-key", help="secret key (default: $AWS_SECRET_ACCESS_KEY, as --access-key)")
+    p.add_argument("--secret-key", help="secret key (with --access-key)")
     p.set_defaults(func=run)
 
 
-def _credentials(args: argparse.Namespace) -> tuple[str, str, bool]:
-    """(access key, secret key, whether the reading commands must be given them)."""
+async def _credentials(args: argparse.Namespace) -> tuple[str | None, str | None, bool]:
+    """(access key, secret key, whether the reading commands must be given them): the flags', else the
+    AWS credential chain's (None, None: the client finds them where the export will), else the
+    development credentials of `make run`."""
     if (args.access_key is None) != (args.secret_key is None):
         raise ConfigError("demo: give both --access-key and --secret-key, or neither")
     if args.access_key is not None:
         return args.access_key, args.secret_key, True
-    env_key, env_secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if env_key and env_secret:
-        return env_key, env_secret, False  # the export finds them where this command did
+    from aiobotocore.session import get_session
+
+    if await get_session().get_credentials() is not None:
+        return None, None, False
     return config.DEV_ACCESS_KEY, config.DEV_SECRET_KEY, True
 
 
@@ -183,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("partitions", "segments", "records"):
         if getattr(args, name) < 1:
             raise ConfigError(f"demo: --{name} must be at least 1")
-    access_key, secret_key, pass_keys = _credentials(args)
+    access_key, secret_key, pass_keys = asyncio.run(_credentials(args))
     rng = random.Random(args.seed)
     topic_id = kafka_uuid(rng)
     segments = build_segments(
@@ -203,6 +206,13 @@ def run(args: argparse.Namespace) -> int:
                 region=args.region,
             )
         )
+    except BackendRefused as e:  # the store client's word for refused credentials
+        print(
+            f"tsproxy demo: {args.endpoint} refused the credentials ({e.backend_code}): give "
+            "--access-key/--secret-key, those tsproxy accepts",
+            file=sys.stderr,
+        )
+        return 1
     except errors.S3Error as e:
         print(f"tsproxy demo: {args.endpoint}: {e.code}: {e.message}", file=sys.stderr)
         return 1
@@ -220,14 +230,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def reading_commands(
-    args: argparse.Namespace, access_key: str, secret_key: str, pass_keys: bool
+    args: argparse.Namespace, access_key: str | None, secret_key: str | None, pass_keys: bool
 ) -> list[str]:
     """The export and a job over what was written, as shell lines."""
     export = ["tsproxy", "export", "--endpoint", args.endpoint, "--bucket", args.bucket]
     if args.prefix:
         export += ["--prefix", args.prefix]
     export += ["--topics", args.topic, "--output", "demo-export"]
-    if pass_keys:
+    if pass_keys and access_key and secret_key:
         export += ["--access-key", access_key, "--secret-key", secret_key]
     if args.region != defaults.REGION:
         export += ["--region", args.region]

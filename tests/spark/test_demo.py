@@ -30,7 +30,7 @@ def _printed_commands(stdout: str) -> list[list[str]]:
 
 
 def test_demo_then_export_and_verify_as_printed(tmp_path: Path) -> None:
-    with serving_as_user(tmp_path) as (_, port):
+    with serving_as_user(tmp_path) as (_, port, _metrics):
         endpoint = f"http://127.0.0.1:{port}"
         sizes = ["--partitions", str(PARTITIONS), "--segments", str(SEGMENTS), "--records", str(RECORDS)]
         demo = run_tsproxy(["demo", "--endpoint", endpoint, *sizes], tmp_path, timeout=300)

@@ -59,9 +59,9 @@ def run_tsproxy(
 
 
 @contextlib.contextmanager
-def serving_as_user(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+def serving_as_user(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     """`tsproxy serve ARGS` on free ports (entry point, a user's environment) from its start line until
-    the block ends; yields the process and its S3 port. Its log goes to `cwd/serve.log`."""
+    the block ends; yields the process, its S3 port and its metrics port. Its log goes to `cwd/serve.log`."""
     port, metrics_port = free_port(), free_port()
     with open(cwd / "serve.log", "w") as log:
         proc = subprocess.Popen(
@@ -73,7 +73,7 @@ def serving_as_user(cwd: Path, *args: str) -> Iterator[tuple[subprocess.Popen[st
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line and json.loads(line)["msg"] == "tsproxy serving S3", (cwd / "serve.log").read_text()
-        yield proc, port
+        yield proc, port, metrics_port
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
