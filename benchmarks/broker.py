@@ -337,7 +337,7 @@ def main() -> int:
     if "aiven" in by and "tsproxy" in by:
         b, c = by["aiven"], by["tsproxy"]
         ratios = {
-            "system": "tsproxy/aiven",
+            "system": "tsproxy vs aiven",
             "tier_mib_s": c["tier_mib_s"] / b["tier_mib_s"],
             "store_mib": c["store_mib"] / b["store_mib"],
             "cold_mib_s": c["cold_mib_s"] / b["cold_mib_s"],

@@ -25,9 +25,6 @@ SOURCES = sorted(
     for p in ROOT.glob(pattern)
     if p.is_file() and p.suffix not in (".json", ".pyc")
 )
-# Files named before they land, each written on another branch: the entry goes once the file is in the
-# tree (test_known_missing_files_are_still_missing fails then, to say so).
-KNOWN_MISSING = {"docs/BROKER.md"}
 REPO_PATH = re.compile(r"(?<![\w/.-])((?:deploy|docs|benchmarks|tests|tsproxy)/[\w./-]*\w)")
 MD_LINK = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")
 
@@ -42,11 +39,7 @@ def _references(path: Path) -> list[tuple[str, Path]]:
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_named_file_exists(path: Path) -> None:
-    missing = [
-        name
-        for name, target in _references(path)
-        if not target.exists() and str(target.resolve().relative_to(ROOT)) not in KNOWN_MISSING
-    ]
+    missing = [name for name, target in _references(path) if not target.exists()]
     assert not missing, f"{path.relative_to(ROOT)} names files that do not exist: {missing}"
 
 
@@ -54,8 +47,3 @@ def test_the_references_are_found() -> None:
     """The scan itself: it sees the path in prometheus.yml's comment that once named a missing file."""
     names = [name for name, _ in _references(ROOT / "deploy" / "prometheus" / "prometheus.yml")]
     assert "deploy/kubernetes/base/services.yaml" in names
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_MISSING))
-def test_known_missing_files_are_still_missing(name: str) -> None:
-    assert not (ROOT / name).exists(), f"{name} exists now: remove it from KNOWN_MISSING"
