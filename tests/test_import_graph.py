@@ -11,16 +11,9 @@ import ast
 import importlib
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tsproxy"
 MAX_LINES = 700
-
-# Known exceptions, each a strict expected failure (it fails as soon as the exception is gone: then
-# delete the entry). None today.
-KNOWN_CYCLES: set[frozenset[str]] = set()
-KNOWN_LARGE: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:
@@ -117,14 +110,7 @@ def test_the_graph_sees_relative_lazy_and_type_checking_imports() -> None:
 
 
 def test_no_import_cycles() -> None:
-    unexpected = [sorted(c) for c in CYCLES if c not in KNOWN_CYCLES]
-    assert unexpected == [], f"import cycles among tsproxy modules: {unexpected}"
-
-
-@pytest.mark.xfail(strict=True, reason="a known cycle: delete its entry once it is gone")
-@pytest.mark.parametrize("cycle", sorted(sorted(c) for c in KNOWN_CYCLES))
-def test_known_cycle_is_gone(cycle: list[str]) -> None:
-    assert frozenset(cycle) not in CYCLES
+    assert [sorted(c) for c in CYCLES] == [], "import cycles among tsproxy modules"
 
 
 def _too_long(module: str) -> bool:
@@ -136,11 +122,5 @@ def _too_long(module: str) -> bool:
 
 
 def test_no_module_exceeds_the_size_limit_without_saying_why() -> None:
-    offenders = sorted(m for m in MODULES if m not in KNOWN_LARGE and _too_long(m))
+    offenders = sorted(m for m in MODULES if _too_long(m))
     assert offenders == [], f"over {MAX_LINES} lines with no 'Size:' line in the docstring: {offenders}"
-
-
-@pytest.mark.xfail(strict=True, reason="a known large module: delete its entry once it is split")
-@pytest.mark.parametrize("module", sorted(KNOWN_LARGE))
-def test_known_large_module_is_split(module: str) -> None:
-    assert not _too_long(module)
