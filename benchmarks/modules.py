@@ -62,8 +62,9 @@ def module_of(filename: str) -> str | None:
 
 
 def level_of(module: str) -> int:
+    """The level of a module's room: its package's (the package's own __init__ too), else BASE."""
     parts = module.split(".")
-    return LEVELS.get(parts[1], BASE) if len(parts) > 2 else BASE
+    return LEVELS.get(parts[1], BASE) if len(parts) > 1 else BASE
 
 
 class Recorder:

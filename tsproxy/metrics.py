@@ -276,6 +276,14 @@ class Metrics:
         self.backend_bytes_in.inc(bytes_in)
         self.backend_bytes_out.inc(bytes_out)
 
+    def backend_is_up(self, up: bool) -> None:
+        """The store's up/down state changed or was confirmed (a `store.health.BackendHealth` hook)."""
+        self.backend_up.set(1 if up else 0)
+
+    def catalog_event(self, event: str) -> None:
+        """Something the size catalog did (a `service.catalog.SizeCatalog` hook)."""
+        self.catalog_events.labels(event).inc()
+
     def key_ring_loaded(self, key_ids: list[str], active: str) -> None:
         """Describe the key ring in use (at start and after every reload)."""
         self.key_ring_keys.set(len(key_ids))

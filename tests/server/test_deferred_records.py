@@ -21,8 +21,8 @@ from tests.server.conftest import start_proxy
 from tests.server.harness import RunningProxy
 from tests.server.test_backend_requests import upload_objects
 from tsproxy.format import ObjectContext
-from tsproxy.service import tickets
-from tsproxy.service.records import backend_upload_of, straight_upload_id, ticket_of, upload_token
+from tsproxy.service.uploads import tickets
+from tsproxy.service.uploads.ids import backend_upload_of, straight_upload_id, ticket_of, upload_token
 
 MIB = 1 << 20
 QUICK = {"upload_record_delay": "200ms", "janitor_interval": "0"}

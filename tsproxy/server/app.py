@@ -32,8 +32,9 @@ from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
 from tsproxy.server.probes import Finding, failure, probe
 from tsproxy.service import Namespace, ObjectService
-from tsproxy.service.catalog import CATALOG_DIR, SizeCatalog
+from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.janitor import Janitor
+from tsproxy.service.uploads.layout import Layout
 from tsproxy.store.base import Backend
 from tsproxy.store.health import BackendHealth, GuardedBackend
 
@@ -57,8 +58,7 @@ class Proxy:
         self.io_executor = ThreadPoolExecutor(4, thread_name_prefix="cache-io")
         # The backend as opened (probes use it) and guarded (everything else: fails fast while down).
         self.store = backend or _open_backend(cfg, self.metrics)
-        up = self.metrics.backend_up
-        self.health = BackendHealth(lambda is_up: up.set(1 if is_up else 0))
+        self.health = BackendHealth(self.metrics.backend_is_up)
         self.backend: Backend = GuardedBackend(self.store, self.health)
         self.keyring: KeyRing | None = None
         self.key_ring_state: str | None = None
@@ -123,13 +123,13 @@ class Proxy:
         )
         namespace = Namespace(cfg.backend_bucket, cfg.backend_prefix)
 
+        layout = Layout(namespace)
+
         def catalog_home(bucket: str) -> tuple[str, str]:
-            home = namespace.internal(bucket, CATALOG_DIR)
+            home = layout.catalog(bucket)
             return home.bucket, home.key
 
-        self.catalog = SizeCatalog(
-            self.backend, catalog_home, on_event=lambda e: self.metrics.catalog_events.labels(e).inc()
-        )
+        self.catalog = SizeCatalog(self.backend, catalog_home, on_event=self.metrics.catalog_event)
         self.catalog.start()
         self.service = ObjectService(
             self.backend,
@@ -158,7 +158,6 @@ class Proxy:
                 self.service,
                 leftover_age=cfg.leftover_age,
                 metrics=self.metrics,
-                local_root=cfg.backend_path().resolve() if cfg.local_backend else None,
             )
             self._sweeper = asyncio.get_running_loop().create_task(
                 self.janitor.run_forever(cfg.janitor_interval)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import socket
 import ssl
 from collections.abc import Awaitable, Iterator
@@ -22,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tsproxy import errors
-from tsproxy.service.namespace import INTERNAL, Location, Namespace
+from tsproxy.service.namespace import Namespace
+from tsproxy.service.uploads.layout import Layout
 from tsproxy.store.base import Backend, buckets_of
 from tsproxy.store.s3errors import BackendRefused
 
@@ -134,21 +134,11 @@ async def probe(
     return findings
 
 
-def _probe_location(namespace: Namespace, buckets: list[str], name: str) -> Location | None:
-    """Where the probe object goes: the reserved namespace, where no client can name it."""
-    if namespace.backend_bucket is not None:
-        return Location(namespace.backend_bucket, f"{namespace.backend_prefix}{INTERNAL}{name}")
-    if not buckets:
-        return None
-    return namespace.internal(buckets[0], name)
-
-
 async def _probe_object(backend: Backend, namespace: Namespace, buckets: list[str], endpoint: str) -> Finding:
-    name = f"probe-{secrets.token_hex(8)}"
-    where = _probe_location(namespace, buckets, name)
+    where = Layout(namespace).probe(buckets)
     if where is None:
         return Finding("objects", True, "no bucket in the store yet; write probe skipped")
-    body = f"tsproxy probe {name}".encode()
+    body = f"tsproxy probe {where.key.rpartition('/')[2]}".encode()
     step = "write"
     try:
         await _step(backend.put(where.bucket, where.key, body))

@@ -24,6 +24,7 @@ from tsproxy.store.base import (
     Backend,
     Body,
     BodyMD5,
+    LeavesLeftovers,
     ListPage,
     MultipartCapable,
     ObjectInfo,
@@ -167,6 +168,11 @@ class GuardedBackend:
 
     async def ping(self) -> None:
         await self.inner.ping()
+
+    async def remove_leftovers(self, older_than: float) -> int:
+        """The store's own leftovers (LeavesLeftovers), when it leaves any: local files, no request."""
+        inner = self.inner
+        return await inner.remove_leftovers(older_than) if isinstance(inner, LeavesLeftovers) else 0
 
     # -- the object path -----------------------------------------------------------------------------
 
