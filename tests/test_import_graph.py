@@ -1,4 +1,5 @@
-"""The shape of the tsproxy package: every module imports, no import cycles, no oversized modules.
+"""The shape of the tsproxy package: every module imports, each room imports only what
+docs/ARCHITECTURE.md's "may import" column allows, no import cycles, no oversized modules.
 
 The import graph is read from the source with ast, so an import counts wherever it is written: at
 module level, inside a function (a lazy import) or under `if TYPE_CHECKING:`. Deferring an import
@@ -9,18 +10,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tsproxy"
 MAX_LINES = 700
-
-# Known exceptions, each a strict expected failure (it fails as soon as the exception is gone: then
-# delete the entry). None today.
-KNOWN_CYCLES: set[frozenset[str]] = set()
-KNOWN_LARGE: set[str] = set()
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 
 
 def _modules() -> dict[str, Path]:
@@ -117,14 +113,7 @@ def test_the_graph_sees_relative_lazy_and_type_checking_imports() -> None:
 
 
 def test_no_import_cycles() -> None:
-    unexpected = [sorted(c) for c in CYCLES if c not in KNOWN_CYCLES]
-    assert unexpected == [], f"import cycles among tsproxy modules: {unexpected}"
-
-
-@pytest.mark.xfail(strict=True, reason="a known cycle: delete its entry once it is gone")
-@pytest.mark.parametrize("cycle", sorted(sorted(c) for c in KNOWN_CYCLES))
-def test_known_cycle_is_gone(cycle: list[str]) -> None:
-    assert frozenset(cycle) not in CYCLES
+    assert [sorted(c) for c in CYCLES] == [], "import cycles among tsproxy modules"
 
 
 def _too_long(module: str) -> bool:
@@ -136,11 +125,57 @@ def _too_long(module: str) -> bool:
 
 
 def test_no_module_exceeds_the_size_limit_without_saying_why() -> None:
-    offenders = sorted(m for m in MODULES if m not in KNOWN_LARGE and _too_long(m))
+    offenders = sorted(m for m in MODULES if _too_long(m))
     assert offenders == [], f"over {MAX_LINES} lines with no 'Size:' line in the docstring: {offenders}"
 
 
-@pytest.mark.xfail(strict=True, reason="a known large module: delete its entry once it is split")
-@pytest.mark.parametrize("module", sorted(KNOWN_LARGE))
-def test_known_large_module_is_split(module: str) -> None:
-    assert not _too_long(module)
+# -- the rooms of docs/ARCHITECTURE.md and what each may import ------------------------------------------
+
+
+def room_of(module: str) -> str:
+    """The room of a module: its package below tsproxy (`tsproxy.service.uploads.ids` -> service), a
+    top-level module's own name (`tsproxy.config` -> config), or `tsproxy` for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "tsproxy"
+
+
+def _allowed() -> dict[str, set[str]]:
+    """Room -> the rooms it may import, from the first table of docs/ARCHITECTURE.md."""
+    allowed: dict[str, set[str]] = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        rooms = [name.removesuffix("/").removesuffix(".py") for name in re.findall(r"`([^`]+)`", cells[0])]
+        may = set() if cells[2] == "nothing" else {r.strip() for r in cells[2].split(",")}
+        for room in rooms:
+            allowed[room] = may
+    return allowed
+
+
+ALLOWED = _allowed()
+
+
+def test_the_map_names_every_room() -> None:
+    rooms = {room_of(m) for m in MODULES} - {"tsproxy"}
+    assert rooms - set(ALLOWED) == set(), "rooms missing from docs/ARCHITECTURE.md's table"
+    assert set(ALLOWED) - rooms == set(), "rooms in docs/ARCHITECTURE.md's table that the code has not"
+    named = set().union(*ALLOWED.values())
+    assert named - rooms - {"tsproxy"} == set(), "a 'may import' cell names no room"
+
+
+def test_each_room_imports_only_what_the_map_allows() -> None:
+    unexpected = sorted(
+        f"{m} imports {t}"
+        for m, p in MODULES.items()
+        if room_of(m) != "tsproxy"
+        for t in _imported(m, p)
+        if room_of(t) != room_of(m) and room_of(t) not in ALLOWED[room_of(m)]
+    )
+    assert unexpected == [], "imports docs/ARCHITECTURE.md does not allow (change the code or the map)"
+
+
+def test_the_map_check_sees_a_forbidden_import() -> None:
+    # The check is only as good as its reading of the table: a lower room importing a higher one fails.
+    assert "server" not in ALLOWED["store"] and "service" not in ALLOWED["cache"]
+    assert room_of("tsproxy.service.uploads.ids") == "service" and room_of("tsproxy.config") == "config"

@@ -169,9 +169,9 @@ def _at_least(low: float, why: str) -> Check:
 
 
 def _check_backend_url(url: str) -> str | None:
-    if url.startswith(("file:", "http://", "https://")):
-        return None
-    return f"{url!r} is not file:///path or http(s)://host:port"
+    from tsproxy.store import kind_of, url_forms  # the backends register their kinds as they load
+
+    return None if kind_of(url) is not None else f"{url!r} is not {url_forms()}"
 
 
 _check_part_size = _between(5 << 20, 5 << 30, "must be between 5MiB and 5GiB (S3 part size limits)")
@@ -208,8 +208,11 @@ def parsed_by(parse: Callable[[Any], Any], check: Check | None = None) -> dict[s
 
 
 def is_local_url(url: str) -> bool:
-    """Whether a backend URL names the embedded local directory (file:)."""
-    return url.startswith("file:")
+    """Whether a backend URL names an embedded backend (the local directory, file:)."""
+    from tsproxy.store import kind_of
+
+    kind = kind_of(url)
+    return kind is not None and kind.embedded
 
 
 def local_root(url: str) -> Path:
@@ -245,23 +248,14 @@ class BackendSettings:
         return is_local_url(self.url)
 
     def open(self, on_request: OnRequest | None = None) -> Backend:
-        """A backend (not yet started) for these settings."""
-        from tsproxy.store import open_backend
+        """A backend (not yet started) for these settings: its kind takes the settings it names."""
+        from tsproxy.store import kind_of
 
-        if self.local:
-            return open_backend(self.url, on_request=on_request)
-        return open_backend(
-            self.url,
-            region=self.region,
-            path_style=self.path_style,
-            part_size=self.part_size,
-            access_key=self.access_key,
-            secret_key=self.secret_key,
-            max_attempts=self.max_attempts,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            on_request=on_request,
-        )
+        kind = kind_of(self.url)
+        if kind is None:
+            raise ValueError(f"no backend takes {self.url!r}")
+        options = {name: getattr(self, name) for name in kind.options}
+        return kind.open(self.url, on_request=on_request, **options)
 
 
 @dataclass(frozen=True)
@@ -543,28 +537,13 @@ def _validate(cfg: Config) -> None:
 
 
 def _validate_backend_url(url: str, origin: str) -> None:
-    """An S3 endpoint is scheme://host[:port]; a path there usually is a bucket put in the wrong place."""
+    """What the backend's kind finds wrong with its URL (an S3 endpoint with a path, say)."""
+    from tsproxy.store import kind_of
 
-    def fail(name: str, why: str) -> None:
-        raise ConfigError(f"config: {name} ({origin}): {why}")
-
-    if not url.startswith(("http://", "https://")):
-        return
-    rest = url.split("://", 1)[1]
-    host, _, path = rest.partition("/")
-    if not host:
-        fail("backend", f"{url!r} names no host")
-    path = path.strip("/")
-    if path:
-        first = path.split("/", 1)[0]
-        fail(
-            "backend",
-            f"{url!r} has a path ('/{path}'); the backend URL is scheme://host:port only. To keep every "
-            f"client bucket in one backend bucket, set backend_bucket = {first!r} "
-            f"(--backend-bucket {first})",
-        )
-    if "?" in rest or "#" in rest:
-        fail("backend", f"{url!r} has a query or fragment; the backend URL is scheme://host:port only")
+    kind = kind_of(url)
+    why = kind.check(url) if kind is not None else None
+    if why is not None:
+        raise ConfigError(f"config: backend ({origin}): {why}")
 
 
 # Paths a config file names, which are relative to the file's directory (as one reads the file).

@@ -42,6 +42,8 @@ BACKEND_OPERATIONS = (
     "ListBuckets",
 )
 
+# Backend outcomes counted as "not_found" (answers, not failures).
+NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})
 JANITOR_KINDS = ("backend_upload", "upload_state", "temporary")
 
 
@@ -269,6 +271,28 @@ class Metrics:
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.prime()
+
+    def backend_request(
+        self, op: str, outcome: str, seconds: float, retries: int, bytes_in: int, bytes_out: int
+    ) -> None:
+        """One backend operation, after its retries (a `store.observe.ReportRequest`)."""
+        # A missing key is an answer, not a failure: clients look up objects that may not exist.
+        if outcome in NOT_FOUND:
+            outcome = "not_found"
+        self.backend_requests.labels(op, outcome).inc()
+        self.backend_seconds.labels(op).observe(seconds)
+        if retries:
+            self.backend_retries.labels(op).inc(retries)
+        self.backend_bytes_in.inc(bytes_in)
+        self.backend_bytes_out.inc(bytes_out)
+
+    def backend_is_up(self, up: bool) -> None:
+        """The store's up/down state changed or was confirmed (a `store.health.BackendHealth` hook)."""
+        self.backend_up.set(1 if up else 0)
+
+    def catalog_event(self, event: str) -> None:
+        """Something the size catalog did (a `service.catalog.SizeCatalog` hook)."""
+        self.catalog_events.labels(event).inc()
 
     def key_ring_loaded(self, key_ids: list[str], active: str) -> None:
         """Describe the key ring in use (at start and after every reload)."""

@@ -4,8 +4,8 @@ One pool of CPU threads (zstd, AES-GCM, hashing) serves the store path (sealing 
 the read path's decodes of the chunk a reader asked for, and the decodes of chunks prefetched ahead of
 it. In a plain FIFO pool a reader's chunk waits behind every chunk queued before it: a forward
 reader's first GET behind the decodes of the window prefetched beside it when those bytes came in
-first (one instrumented run saw the read's chunk finish decoding about 17 ms after its bytes were in,
-after two of the window's), and a consumer's read behind the chunks of an upload the broker is sending
+first (it finished decoding after two of the window's, README, "Figures behind the code's
+constants"), and a consumer's read behind the chunks of an upload the broker is sending
 at the same time.
 benchmarks/fetch.py's first_ms has not shown a difference beyond its noise on an otherwise idle
 machine; the order is what a reader under load needs regardless

@@ -22,7 +22,7 @@ from tsproxy.jobs.inventory import InventorySummary, attribute
 from tsproxy.jobs.plan import Listed, find_uploads, owned_by, partition_count, prefix_of, spread, unowned
 from tsproxy.jobs.ratelimit import TokenBucket
 from tsproxy.service.leftovers import plan_sweep
-from tsproxy.service.records import backend_upload_of, straight_upload_id
+from tsproxy.service.uploads.ids import backend_upload_of, straight_upload_id
 from tsproxy.store.base import UploadInfo
 
 MIB, GIB = 1 << 20, 1 << 30

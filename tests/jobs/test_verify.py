@@ -16,7 +16,7 @@ from tsproxy.format import KeyRing, TransformSettings, encode_object
 from tsproxy.format.manifest import META_FORMAT, META_SIZE
 from tsproxy.jobs import cli as jobs_cli
 from tsproxy.jobs import verify
-from tsproxy.service.records import upload_name
+from tsproxy.service.uploads.ids import upload_name
 
 MIB = 1 << 20
 pytestmark = pytest.mark.spark

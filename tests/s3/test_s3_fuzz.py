@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests.s3.s3_helpers import secret_for, sign_with_botocore
 from tsproxy import errors
 from tsproxy.s3 import chunked, ranges, routing, sigv4, xml
+from tsproxy.server.routes import BY_OPERATION, ROUTES
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Any code point, and lone surrogates: what undecodable bytes of a request become in Python.
@@ -100,10 +101,14 @@ def test_route_raises_only_s3_errors(
     method: str, host: str, path: str, query: dict[str, str], h: dict[str, str]
 ) -> None:
     try:
-        request = routing.route(method, host, path, query, h, ["s3.test"])
+        request = routing.route(method, host, path, query, h, ["s3.test"], table=ROUTES)
     except errors.S3Error:
         return
-    assert request.operation
+    # What was routed is what its row says it is: the resource its shape addresses is the one named.
+    row = BY_OPERATION[request.operation]
+    named = "service" if request.bucket is None else "bucket" if request.key is None else "object"
+    assert row.shape.resource == named
+    assert method.upper() in row.shape.methods
 
 
 @FUZZ

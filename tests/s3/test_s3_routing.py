@@ -12,13 +12,14 @@ from tests.s3.s3_helpers import boto3_client, boto3_wire
 from tsproxy import errors
 from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import InvalidURI, S3Request, check_bucket_name, parse_copy_source, route
+from tsproxy.server.routes import ROUTES
 
 COPY = {"x-amz-copy-source": "/src/key"}
 
 
 def r(method: str, path: str, query: dict[str, str] | None = None, headers: dict[str, str] | None = None,
       host: str = "localhost:9000", suffixes: tuple[str, ...] = ()) -> S3Request:  # fmt: skip
-    return route(method, host, path, query or {}, CIMultiDict(headers or {}), suffixes)
+    return route(method, host, path, query or {}, CIMultiDict(headers or {}), suffixes, table=ROUTES)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +218,9 @@ def test_every_boto3_operation_routes(call: Any, operation: str) -> None:
         client = boto3_client("https://s3.test", s3={"addressing_style": style})
         wire = boto3_wire(client, call)
         query = dict(parse_qsl(wire.query, keep_blank_values=True))
-        request = route(wire.method, wire.headers["host"], wire.path, query, wire.headers, ["s3.test"])
+        request = route(
+            wire.method, wire.headers["host"], wire.path, query, wire.headers, ["s3.test"], table=ROUTES
+        )
         assert request.operation == operation, style
 
 

@@ -26,6 +26,7 @@ from tests.s3.s3_helpers import (
 )
 from tsproxy import errors
 from tsproxy.s3 import routing, sigv4
+from tsproxy.server.routes import ROUTES
 
 
 def check(wire: Wire, now: datetime | None = None, **kwargs: Any) -> sigv4.AuthResult:
@@ -130,7 +131,7 @@ def test_boto3_put_object_verifies(endpoint: str, key: str) -> None:
         assert result.payload_mode == "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
     else:
         assert (result.payload_mode, result.payload_sha256) == ("SHA256", hashlib.sha256(body).hexdigest())
-    request = routing.route(wire.method, wire.headers["host"], wire.path, {}, wire.headers)
+    request = routing.route(wire.method, wire.headers["host"], wire.path, {}, wire.headers, table=ROUTES)
     assert (request.operation, request.bucket, request.key) == ("PutObject", "bucket", key)
 
 
@@ -159,7 +160,9 @@ def test_boto3_virtual_hosted_style() -> None:
     wire = boto3_wire(client, lambda c: c.get_object(Bucket="my-bucket", Key="a/b c"))
     assert wire.headers["host"] == "my-bucket.s3.test"
     assert check(wire).access_key == ACCESS_KEY
-    request = routing.route("GET", wire.headers["host"], wire.path, {}, wire.headers, ["s3.test"])
+    request = routing.route(
+        "GET", wire.headers["host"], wire.path, {}, wire.headers, ["s3.test"], table=ROUTES
+    )
     assert (request.bucket, request.key) == ("my-bucket", "a/b c")
 
 
@@ -168,7 +171,7 @@ def test_boto3_virtual_hosted_style() -> None:
 def test_any_unicode_key_verifies_and_routes(key: str) -> None:
     wire = boto3_wire(boto3_client("http://s3.test"), lambda c: c.get_object(Bucket="bucket", Key=key))
     assert check(wire).payload_mode == "SHA256"
-    request = routing.route("GET", "s3.test", wire.path, {}, wire.headers)
+    request = routing.route("GET", "s3.test", wire.path, {}, wire.headers, table=ROUTES)
     assert request.key == key
 
 

@@ -19,7 +19,6 @@ import pytest
 
 from tests.server.conftest import start_proxy
 from tests.server.harness import RunningProxy
-from tsproxy.service.reads import ReadOps
 from tsproxy.store.base import list_everything
 
 
@@ -89,8 +88,7 @@ def test_a_tail_longer_than_the_guess_takes_one_more_read(cold: RunningProxy) ->
     data = os.urandom(3 << 20)
     s3.put_object(Bucket=bucket, Key="seg.log", Body=data, Metadata={"origin": "x" * 200})
     service = cold.proxy.service
-    assert isinstance(service, ReadOps)
-    service.tail_guess = 64  # shorter than this object's tail, longer than its trailer
+    service.reads.tail_guess = 64  # shorter than this object's tail, longer than its trailer
     before = _requests(cold)
     got = s3.get_object(Bucket=bucket, Key="seg.log", Range="bytes=-5")
     assert got["Body"].read() == data[-5:]
@@ -157,7 +155,7 @@ def _complete(s3: object, bucket: str, key: str, uid: str, parts: list[dict]) ->
 def upload_objects(proxy: RunningProxy, bucket: str, upload_id: str) -> set[str]:
     """The names of the objects the upload has in the backend now (`state`, `00001.info`, ...)."""
     service = proxy.proxy.objects
-    prefix = service._upload_loc(bucket, upload_id)
+    prefix = service.layout.upload(bucket, upload_id)
     listed = proxy.call(list_everything(service.backend, prefix.bucket, prefix.key))
     return {o.key[len(prefix.key) :] for o in listed}
 
@@ -283,9 +281,9 @@ def test_more_small_parts_than_are_kept_in_memory(any_proxy: RunningProxy) -> No
     uid, parts = _upload(s3, bucket, "many", uploads)
     service = any_proxy.proxy.service
     assert service is not None
-    assert service._inline_parts._data  # the newest small parts' bytes, for the completion
+    assert service.uploads.keeper.inline_parts._data  # the newest small parts' bytes, for the completion
     _complete(s3, bucket, "many", uid, parts)
-    assert not service._inline_parts._data  # not held once their upload has ended
+    assert not service.uploads.keeper.inline_parts._data  # not held once their upload has ended
     assert s3.get_object(Bucket=bucket, Key="many")["Body"].read() == first + b"".join(middles) + last
     # Small parts only: the object is assembled by copying ranges of the records.
     uid, parts = _upload(s3, bucket, "copied", [(n + 1, m) for n, m in enumerate(middles)])
@@ -303,9 +301,9 @@ def test_small_parts_held_for_the_completion_are_let_go_at_an_abort(any_proxy: R
     )
     service = any_proxy.proxy.service
     assert service is not None
-    assert service._inline_parts._data
+    assert service.uploads.keeper.inline_parts._data
     s3.abort_multipart_upload(Bucket=bucket, Key="aborted", UploadId=uid)
-    assert not service._inline_parts._data
+    assert not service.uploads.keeper.inline_parts._data
 
 
 def test_an_upload_begun_by_an_older_version_completes(cold: RunningProxy) -> None:
@@ -317,7 +315,7 @@ def test_an_upload_begun_by_an_older_version_completes(cold: RunningProxy) -> No
     uid = s3.create_multipart_upload(Bucket=bucket, Key="old", ContentType="application/x-kafka")["UploadId"]
     service = cold.proxy.service
     assert service is not None
-    loc = service._upload_loc(bucket, uid, "state")
+    loc = service.layout.state(bucket, uid)
     _, data = cold.call(service.backend.get_bytes(loc.bucket, loc.key))
     fields = json.loads(data)
     assert fields.pop("backend_upload")

@@ -21,8 +21,8 @@ from tests.server.conftest import start_proxy
 from tests.server.harness import RunningProxy
 from tests.server.test_backend_requests import upload_objects
 from tsproxy.format import ObjectContext
-from tsproxy.service import tickets
-from tsproxy.service.records import backend_upload_of, straight_upload_id, ticket_of, upload_token
+from tsproxy.service.uploads import tickets
+from tsproxy.service.uploads.ids import backend_upload_of, straight_upload_id, ticket_of, upload_token
 
 MIB = 1 << 20
 QUICK = {"upload_record_delay": "200ms", "janitor_interval": "0"}
@@ -155,12 +155,15 @@ def test_a_crash_loses_held_records_and_the_complete_fails_cleanly(pair: Pair) -
     complete it (InvalidPart, after waiting for records that never come), and no object appears."""
     s3, other = pair.first.client(), pair.second.client()
     bucket = _bucket(pair.first)
+    service = pair.first.proxy.objects
+    # The crash comes before the upload goes quiet, however slow the machine: the first instance's
+    # flusher never finds it quiet (the second's short delay is the one its completion waits out).
+    service.uploads.keeper.upload_record_delay = 3600.0
     uid = s3.create_multipart_upload(Bucket=bucket, Key="seg.log")["UploadId"]
     parts = [
         _part(s3, bucket, "seg.log", uid, 1, os.urandom(6 * MIB)),
         _part(s3, bucket, "seg.log", uid, 2, b"x"),
     ]
-    service = pair.first.proxy.objects
     for held in service.pending:  # what kill -9 does to the memory of the parts
         service.pending.close(held)
     assert upload_objects(pair.first, bucket, uid) == set()

@@ -39,12 +39,10 @@ def _metric(running: RunningProxy, name: str, **labels: str) -> float:
 
 
 def _janitor(running: RunningProxy, age: float, ahead: float = 0.0) -> Janitor:
-    cfg = running.cfg
     return Janitor(
         running.proxy.objects,
         leftover_age=age,
         metrics=running.proxy.metrics,
-        local_root=cfg.backend_path().resolve() if cfg.local_backend else None,
         clock=lambda: time.time() + ahead,
     )
 
@@ -93,7 +91,7 @@ def test_old_leftovers_of_every_kind_go_and_fresh_ones_stay(quiet_proxy: Running
     ns = service.ns
     # Written as an upload gone quiet is (held records are live: the janitor leaves them alone).
     running.call(service.flush_records())
-    kept = service._upload_loc(bucket, abandoned, "00002-0123456789abcdef")
+    kept = service.layout.upload(bucket, abandoned, "00002-0123456789abcdef")
     running.call(store.put(kept.bucket, kept.key, b"stored part"))
     # ... a completed one (the object names its upload; nothing of it stays), the completion record of
     # an upload that an older version completed (it stays for an hour) ...
@@ -159,7 +157,7 @@ def test_backend_uploads_of_a_live_client_upload_stay_however_old(quiet_proxy: R
     # Backend uploads as a completion (at the upload's key) and a part upload (under its prefix) make
     # them, and one of an upload that is gone.
     at_key = ns.object(bucket, "live")
-    under = running.proxy.objects._upload_loc(bucket, live, "00001-0123456789abcdef")
+    under = running.proxy.objects.layout.upload(bucket, live, "00001-0123456789abcdef")
     elsewhere = ns.object(bucket, "unrelated")
     for loc in (at_key, under, elsewhere):
         running.call(store.create_multipart(loc.bucket, loc.key))
@@ -201,7 +199,7 @@ def test_a_slow_upload_survives_a_janitor_sweeping_all_along(
         service = running.proxy.objects
         abandoned = s3.create_multipart_upload(Bucket=bucket, Key="abandoned")["UploadId"]
         s3.upload_part(Bucket=bucket, Key="abandoned", UploadId=abandoned, PartNumber=1, Body=b"x" * 1000)
-        stray = service._upload_loc(bucket, abandoned, "00002-0123456789abcdef")
+        stray = service.layout.upload(bucket, abandoned, "00002-0123456789abcdef")
         weed.boto3_client().create_multipart_upload(Bucket=stray.bucket, Key=stray.key)
 
         key = "segment.log"
@@ -220,7 +218,7 @@ def test_a_slow_upload_survives_a_janitor_sweeping_all_along(
         resent = 0
         # Keep the upload busy (part 2 sent over and over, a part taking a while each time) until the
         # abandoned upload is gone and the janitor has swept many times meanwhile.
-        while resent < 5 or service._upload_loc(bucket, abandoned, "state").key in _internal(running, bucket):
+        while resent < 5 or service.layout.state(bucket, abandoned).key in _internal(running, bucket):
             assert time.monotonic() < deadline, "the abandoned upload was never removed"
             send(2, 5 * MIB)
             resent += 1

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tsproxy.format import SegmentInfo
-from tsproxy.service.records import PartRecord
+from tsproxy.service.uploads.records import PartRecord
 
 WHEN = datetime(2026, 1, 2, tzinfo=UTC)
 

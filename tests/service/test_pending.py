@@ -5,10 +5,19 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tsproxy.format import SegmentInfo, TransformSettings
-from tsproxy.service.deferred import current_records, lacking
-from tsproxy.service.pending import BUSY_WRITE_AFTER, RECORD_OVERHEAD, PendingUploads
-from tsproxy.service.records import PartRecord, UploadState
+from tsproxy.service.uploads.keeper import current_records, lacking
+from tsproxy.service.uploads.pending import (
+    BUSY_WRITE_AFTER,
+    RECORD_OVERHEAD,
+    TRANSITIONS,
+    Event,
+    PendingUploads,
+    Phase,
+)
+from tsproxy.service.uploads.records import PartRecord, UploadState
 
 WHEN = datetime(2026, 1, 2, tzinfo=UTC)
 STATE = UploadState(
@@ -40,9 +49,12 @@ def test_held_records_are_bounded_and_leave_only_once_written() -> None:
     # The older record of part 2 written (by a flush that began before the newer came): the newer stays.
     pending.wrote(entry, two, "k2", "etag-2")
     assert entry.unwritten == {2} and entry.parts[2] is newer
-    entry.state_written = True
+    assert entry.phase is Phase.CREATED  # the state is still to be written
+    pending.state_stored(entry, "ks")
+    assert entry.phase is Phase.HOLDING
     pending.wrote(entry, newer, "k2", "etag-3")
-    assert not entry.has_unwritten and pending.held_bytes == 0 and entry.written == {"k1", "k2"}
+    assert not entry.has_unwritten and pending.held_bytes == 0 and entry.written == {"k1", "k2", "ks"}
+    assert entry.phase is Phase.WRITTEN
 
 
 def test_an_eager_write_of_a_newer_part_replaces_the_held_one() -> None:
@@ -88,3 +100,46 @@ def test_the_current_record_of_a_part_is_the_newest_the_backend_still_holds() ->
     assert lacking(records, [(1, f'"{1:032x}"'), (2, f"{2:032x}")], None) is False
     assert lacking(records, [(3, "x")], None) and lacking(records, [(2, "f" * 32)], None)
     assert lacking({}, None, {1: {"new"}}) and not lacking(records, None, {1: {"new"}})
+
+
+def test_the_lifecycle_table_is_whole_and_done_is_final() -> None:
+    assert set(TRANSITIONS) == {(phase, event) for phase in Phase for event in Event}
+    assert all(TRANSITIONS[(Phase.DONE, event)] is Phase.DONE for event in Event)
+    assert all(TRANSITIONS[(phase, Event.CLOSE)] is Phase.DONE for phase in Phase)
+    # Every phase is reached from a fresh upload of one kind or the other.
+    reached = {Phase.CREATED, Phase.WRITTEN}
+    while True:
+        more = {TRANSITIONS[(phase, event)] for phase in reached for event in Event} - reached
+        if not more:
+            break
+        reached |= more
+    assert reached == set(Phase)
+
+
+@pytest.mark.parametrize("state_stored_first", [False, True])
+def test_the_bookkeeping_walks_the_table(state_stored_first: bool) -> None:
+    """Each call of the bookkeeping takes its event, and the phase is the table's."""
+    pending = PendingUploads(max_bytes=1 << 20)
+    entry = pending.open("b", STATE, state_written=state_stored_first)
+    expected = Phase.WRITTEN if state_stored_first else Phase.CREATED
+    assert entry.phase is expected
+
+    def after(*events: Event) -> Phase:
+        nonlocal expected
+        for event in events:
+            expected = TRANSITIONS[(expected, event)]
+        return expected
+
+    one, two = _record(1, b"a"), _record(2, b"b")
+    assert pending.hold(entry, one) and entry.phase is after(Event.HOLD)
+    assert pending.hold(entry, two) and entry.phase is after(Event.HOLD)
+    if not state_stored_first:
+        pending.state_stored(entry, "state")
+        assert entry.phase is after(Event.STATE_STORED)
+    pending.wrote(entry, one, "k1", "e1")
+    assert entry.phase is expected is Phase.HOLDING  # part 2 is still held
+    pending.superseded(entry, two)
+    assert entry.phase is after(Event.ALL_WRITTEN) is Phase.WRITTEN
+    assert pending.hold(entry, _record(3, b"c")) and entry.phase is after(Event.HOLD) is Phase.HOLDING
+    pending.close(entry)
+    assert entry.phase is after(Event.CLOSE) is Phase.DONE and entry.closed and not entry.has_unwritten

@@ -263,6 +263,7 @@ async def test_the_payload_and_the_stored_bytes_are_hashed_at_once(
     lanes: the first update of each waits for the other's, which only two lanes on two threads allow."""
     import types
 
+    from tsproxy.format import digests
     from tsproxy.service import writes
 
     barrier = threading.Barrier(2)
@@ -272,7 +273,8 @@ async def test_the_payload_and_the_stored_bytes_are_hashed_at_once(
         made.append(_MeetsOnFirstUpdate(barrier))
         return made[-1]
 
-    monkeypatch.setattr(writes, "hashlib", types.SimpleNamespace(md5=md5))
+    monkeypatch.setattr(writes, "hashlib", types.SimpleNamespace(md5=md5))  # the payload's
+    monkeypatch.setattr(digests, "hashlib", types.SimpleNamespace(md5=md5))  # the stored bytes'
     recording = Recording(backend)
     svc = service(recording, ring, pool)  # type: ignore[arg-type]
     data = os.urandom(9 * MIB + 5)

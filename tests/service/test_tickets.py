@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tests.format.golden_cases import DEK, OBJECT_ID, golden_ring
 from tsproxy.format import KeyRing, ObjectContext, TransformSettings
-from tsproxy.service import tickets
-from tsproxy.service.records import (
+from tsproxy.service.uploads import tickets
+from tsproxy.service.uploads.ids import (
     MAX_UPLOAD_ID,
     backend_upload_of,
     straight_upload_id,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tsproxy.format import TransformSettings
-from tsproxy.service.records import UploadState
+from tsproxy.service.uploads.records import UploadState
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -66,8 +66,9 @@ FOREGROUND_BYTES = 4 << 20
 # How long the decode of a chunk fetched ahead of a reader waits for the chunk the reader itself fetched
 # and waits for (a miss: a cold reader's first chunk, beside the window fetched with it). Both GETs go
 # out at once, so the window's bytes often come in first, and the PriorityPool cannot put the reader's
-# chunk ahead of decodes already running: on two cores, two of the window's held a first read back by
-# 10-20 ms. Bounded, so a reader's chunk whose bytes are slow never stalls the window for long.
+# chunk ahead of decodes already running: on two cores, two of the window's held a first read back
+# (README, "Figures behind the code's constants"). Bounded, so a reader's chunk whose bytes are slow never
+# stalls the window for long.
 OWN_FIRST_WAIT = 0.05  # seconds
 # Chunks a forward reader has moved from the disk cache into memory ahead of its position.
 PROMOTE_AHEAD = 1

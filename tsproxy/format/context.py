@@ -147,9 +147,9 @@ class ObjectContext:
         return hmac.new(self.manifest_key(), data, hashlib.sha256).digest()[:MANIFEST_MAC_SIZE]
 
     def ticket_mac(self, message: bytes | bytearray | memoryview) -> bytes:
-        """HMAC-SHA256 of a multipart upload's ticket (service.tickets), truncated to 16 bytes, under a key
-        of its own derived from the DEK: a client holding the upload id can read the ticket, and only
-        the holder of the DEK can make one."""
+        """HMAC-SHA256 of a multipart upload's ticket (service.uploads.tickets), truncated to 16 bytes,
+        under a key of its own derived from the DEK: a client holding the upload id can read the ticket,
+        and only the holder of the DEK can make one."""
         if self.dek is None:
             raise ValueError("an unencrypted object has no ticket key")
         key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=TICKET_KEY_INFO).derive(self.dek)

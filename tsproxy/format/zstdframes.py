@@ -19,9 +19,9 @@ from tsproxy.errors import IntegrityError
 
 # Original bytes per frame that format version 2 is written with by default (TransformSettings.frame_size).
 # Readers never need it: they find the frames by their headers. 1 MiB in objects of releases before.
-# 256 KiB: a 1 MiB read inside a 4 MiB chunk inflates about 1.25 MiB instead of 2; on Kafka-like data
-# (benchmarks/frames.py) it decoded in 0.68x the CPU time of 1 MiB frames, while whole chunks decoded and
-# stored as fast and took as many stored bytes.
+# 256 KiB: a 1 MiB read inside a 4 MiB chunk inflates about 1.25 MiB instead of 2, and on Kafka-like data
+# it decoded in less CPU than 1 MiB frames while whole chunks decoded and stored as fast, in as many
+# stored bytes (benchmarks/frames.py; README, "Figures behind the code's constants").
 FRAME_SIZE = 256 << 10
 
 _MAGIC = b"\x28\xb5\x2f\xfd"  # 0xFD2FB528, little-endian

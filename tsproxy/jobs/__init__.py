@@ -1,4 +1,4 @@
-"""Bulk maintenance on Spark, straight against the backend: rewrap, verify, inventory, migrate.
+"""Bulk maintenance on Spark, directly against the backend: rewrap, verify, inventory, migrate.
 
 The driver lists a bucket once and spreads the keys over partitions; each task opens its own backend
 (from plain `JobOptions`), holds to its share of the per-executor request rate and runs its objects

@@ -81,7 +81,7 @@ def register(subparsers: Any) -> None:
     jobs = subparsers.add_parser(
         "jobs",
         help="bulk maintenance on Spark: rewrap, verify, inventory, migrate",
-        description="Bulk maintenance jobs on Spark, straight against the backend.",
+        description="Bulk maintenance jobs on Spark, directly against the backend.",
     )
     sub = jobs.add_subparsers(dest="job", required=True, metavar="JOB")
 

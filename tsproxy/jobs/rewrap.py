@@ -193,7 +193,7 @@ async def _pending_uploads(options: JobOptions, ring: KeyRing, listing: Listing)
             if not upload.has_state:
                 continue
             try:
-                _, data = await backend.get_bytes(listing.backend_bucket, upload.prefix + "state")
+                _, data = await backend.get_bytes(listing.backend_bucket, upload.state_key)
                 state = UploadState.from_bytes(data)
                 ctx = ObjectContext.from_state(state.ctx_state, ring)
             except errors.NoSuchKey:

@@ -1,4 +1,4 @@
-"""Kafka log segments: record batches of format v2 (magic 2) read straight from bytes.
+"""Kafka log segments: record batches of format v2 (magic 2) read directly from bytes.
 
 A segment (``.log`` file or tiered ``.log`` object) is a sequence of record batches, each a 61-byte
 header then its records (big-endian; position: size field)::

@@ -1,5 +1,9 @@
 """Which S3 operation a request is: method, host, path, query and a few headers in; S3Request out.
 
+The operations and the shapes of the requests that name them are rows of one table, the server's
+(`server.routes.ROUTES`: operation, shape, handler, what it may do while draining); this module reads
+the request (path-style or virtual-hosted, names checked) and finds its row, without I/O.
+
 Buckets are named path-style (`/bucket/key`) or virtual-hosted (`bucket.<suffix>` in Host, for the
 configured suffixes). S3 "subresources" (`?tagging`, `?lifecycle`, ...) that tsproxy does not serve are
 501 NotImplemented, so a client learns at once rather than getting a misleading answer. `?acl` is served
@@ -11,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote_to_bytes
 
 from tsproxy import errors
@@ -103,6 +108,49 @@ def _host_bucket(host: str, suffixes: Sequence[str]) -> str | None:
     return None
 
 
+Resource = Literal["service", "bucket", "object"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a request must look like to name an operation: its method(s), what it addresses, its
+    subresources exactly (once those it `ignores` are left out), and whether it carries
+    `x-amz-copy-source` (None: either way) or a query parameter with a given value."""
+
+    methods: frozenset[str]
+    resource: Resource
+    subresources: frozenset[str] = frozenset()
+    ignores: frozenset[str] = frozenset()
+    copy: bool | None = None
+    query: tuple[str, str] | None = None
+
+    def matches(
+        self, method: str, resource: Resource, sub: set[str], copy: bool, query: Mapping[str, str]
+    ) -> bool:
+        return (
+            method in self.methods
+            and resource == self.resource
+            and sub - self.ignores == self.subresources
+            and (self.copy is None or self.copy == copy)
+            and (self.query is None or query.get(self.query[0]) == self.query[1])
+        )
+
+
+def shape(methods: str, resource: Resource, *subresources: str, **more: Any) -> Shape:
+    """A Shape, spelt short for a route table: shape("GET HEAD", "object", "uploadId", copy=False)."""
+    return Shape(frozenset(methods.split()), resource, frozenset(subresources), **more)
+
+
+class Routed(Protocol):
+    """A row of a route table: the operation, and the shape of the requests that name it."""
+
+    @property
+    def operation(self) -> Operation: ...
+
+    @property
+    def shape(self) -> Shape: ...
+
+
 def route(
     method: str,
     host: str,
@@ -110,8 +158,11 @@ def route(
     query: Mapping[str, str],
     headers: Mapping[str, str],
     virtual_host_suffixes: Sequence[str] = (),
+    *,
+    table: Sequence[Routed],
 ) -> S3Request:
-    """Name the S3 operation of a request, or raise the S3 error for one tsproxy does not serve.
+    """Name the S3 operation of a request by the first row of `table` whose shape it has, or raise the
+    S3 error for one tsproxy does not serve.
 
     `raw_path` is still percent-encoded; `query` maps decoded parameter names to values; `headers` is
     case-insensitive (or lower-case keys). Unsupported subresources -> NotImplemented (501); a method a
@@ -130,84 +181,41 @@ def route(
         bucket = _decode(raw_bucket) or None
     key = _decode(raw_key) if raw_key else None
 
-    if bucket is None:
-        if method in ("GET", "HEAD"):
-            return S3Request(Operation.LIST_BUCKETS, None, None)
-        raise errors.MethodNotAllowed(Method=method, ResourceType="SERVICE")
-    check_bucket_name(bucket, strict=method == "PUT" and key is None and not (SUBRESOURCES & set(query)))
-    subresources = set(SUBRESOURCES & set(query)) - _PLAIN
-    if key is None:
-        return S3Request(_bucket_operation(method, subresources, query), bucket, None, virtual)
-    _check_key(key)
-    return S3Request(_object_operation(method, subresources, query, headers), bucket, key, virtual)
+    resource: Resource = "service" if bucket is None else "bucket" if key is None else "object"
+    if bucket is not None:
+        strict = method == "PUT" and key is None and not (SUBRESOURCES & set(query))
+        check_bucket_name(bucket, strict=strict)
+    if key is not None:
+        _check_key(key)
+    sub = set(SUBRESOURCES & set(query)) - _PLAIN
+    copy = any(name.lower() == "x-amz-copy-source" for name in headers)
+    for row in table:
+        if row.shape.matches(method, resource, sub, copy, query):
+            return S3Request(row.operation, bucket, key, virtual)
+    raise _unrouted(method, resource, sub)
 
 
-_BUCKET_READS = {
-    "acl": Operation.GET_BUCKET_ACL,
-    "location": Operation.GET_BUCKET_LOCATION,
-    "versioning": Operation.GET_BUCKET_VERSIONING,
-    "versions": Operation.LIST_OBJECT_VERSIONS,
-    "uploads": Operation.LIST_MULTIPART_UPLOADS,
-}
-_BUCKET_SIMPLE = {
-    "HEAD": Operation.HEAD_BUCKET,
-    "PUT": Operation.CREATE_BUCKET,
-    "DELETE": Operation.DELETE_BUCKET,
-}
+def _unrouted(method: str, resource: Resource, sub: set[str]) -> errors.S3Error:
+    """The error for a request no route takes: an unsupported subresource (501) before a method the
+    resource does not take (405)."""
+    if resource == "service":
+        return errors.MethodNotAllowed(Method=method, ResourceType="SERVICE")
+    if resource == "bucket":
+        sub = sub - {"uploadId"}  # meaningless on a bucket; S3 ignores it
+        if sub:
+            return _unsupported(sub)
+        if method == "POST":
+            return errors.NotImplemented_("tsproxy does not implement browser-based POST uploads.")
+        return errors.MethodNotAllowed(Method=method, ResourceType="BUCKET")
+    extra = sub - {"uploadId"} - ({"uploads"} if method == "POST" else set())
+    if extra:
+        return _unsupported(extra)
+    return errors.MethodNotAllowed(Method=method, ResourceType="OBJECT")
 
 
 def _unsupported(subresources: set[str]) -> errors.S3Error:
     names = ", ".join(sorted(subresources))
     return errors.NotImplemented_(f"tsproxy does not implement the {names} subresource.", Subresource=names)
-
-
-def _bucket_operation(method: str, sub: set[str], query: Mapping[str, str]) -> Operation:
-    sub = sub - {"uploadId"}  # meaningless on a bucket; S3 ignores it
-    if method == "GET":
-        if len(sub) == 1 and (name := next(iter(sub))) in _BUCKET_READS:
-            return _BUCKET_READS[name]
-        if sub:
-            raise _unsupported(sub)
-        return Operation.LIST_OBJECTS_V2 if query.get("list-type") == "2" else Operation.LIST_OBJECTS
-    if method == "POST" and sub == {"delete"}:
-        return Operation.DELETE_OBJECTS
-    if method == "PUT" and sub == {"acl"}:
-        return Operation.PUT_BUCKET_ACL
-    if sub:
-        raise _unsupported(sub)
-    if method in _BUCKET_SIMPLE:
-        return _BUCKET_SIMPLE[method]
-    if method == "POST":
-        raise errors.NotImplemented_("tsproxy does not implement browser-based POST uploads.")
-    raise errors.MethodNotAllowed(Method=method, ResourceType="BUCKET")
-
-
-def _object_operation(
-    method: str, sub: set[str], query: Mapping[str, str], headers: Mapping[str, str]
-) -> Operation:
-    upload = "uploadId" in query
-    copy = any(name.lower() == "x-amz-copy-source" for name in headers)
-    if sub == {"acl"} and method in ("GET", "PUT"):
-        return Operation.GET_OBJECT_ACL if method == "GET" else Operation.PUT_OBJECT_ACL
-    allowed = {"uploadId"} | ({"uploads"} if method == "POST" else set())
-    if sub - allowed:
-        raise _unsupported(sub - allowed)
-    if method == "GET":
-        return Operation.LIST_PARTS if upload else Operation.GET_OBJECT
-    if method == "HEAD":
-        return Operation.HEAD_OBJECT
-    if method == "PUT":
-        if upload:
-            return Operation.UPLOAD_PART_COPY if copy else Operation.UPLOAD_PART
-        return Operation.COPY_OBJECT if copy else Operation.PUT_OBJECT
-    if method == "DELETE":
-        return Operation.ABORT_MULTIPART_UPLOAD if upload else Operation.DELETE_OBJECT
-    if method == "POST":
-        if upload:
-            return Operation.COMPLETE_MULTIPART_UPLOAD
-        if "uploads" in query:
-            return Operation.CREATE_MULTIPART_UPLOAD
-    raise errors.MethodNotAllowed(Method=method, ResourceType="OBJECT")
 
 
 def parse_copy_source(value: str) -> tuple[str, str, str | None]:

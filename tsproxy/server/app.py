@@ -30,17 +30,18 @@ from tsproxy.server import startup
 from tsproxy.server.connections import ConnectionGuard, S3Runner
 from tsproxy.server.dispatch import create_app
 from tsproxy.server.ops import create_metrics_app
-from tsproxy.server.probes import BackendHealth, Finding, GuardedBackend, probe
+from tsproxy.server.probes import Finding, failure, probe
 from tsproxy.service import Namespace, ObjectService
-from tsproxy.service.catalog import CATALOG_DIR, SizeCatalog
+from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.janitor import Janitor
+from tsproxy.service.uploads.layout import Layout
 from tsproxy.store.base import Backend
+from tsproxy.store.health import BackendHealth, GuardedBackend
 
 log = logging.getLogger("tsproxy.server")
 
 CATALOG_CLOSE_TIMEOUT = 10.0  # seconds a stop waits for the size catalog's last flush
 RECORDS_CLOSE_TIMEOUT = 20.0  # seconds a stop waits for the held part records of multipart uploads
-NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchUpload"})
 
 
 class Proxy:
@@ -57,8 +58,8 @@ class Proxy:
         self.io_executor = ThreadPoolExecutor(4, thread_name_prefix="cache-io")
         # The backend as opened (probes use it) and guarded (everything else: fails fast while down).
         self.store = backend or _open_backend(cfg, self.metrics)
-        self.health = BackendHealth(self.metrics)
-        self.backend = GuardedBackend.wrap(self.store, self.health)
+        self.health = BackendHealth(self.metrics.backend_is_up)
+        self.backend: Backend = GuardedBackend(self.store, self.health)
         self.keyring: KeyRing | None = None
         self.key_ring_state: str | None = None
         self.cache: ChunkCache | None = None
@@ -129,13 +130,13 @@ class Proxy:
         )
         namespace = Namespace(cfg.backend_bucket, cfg.backend_prefix)
 
+        layout = Layout(namespace)
+
         def catalog_home(bucket: str) -> tuple[str, str]:
-            home = namespace.internal(bucket, CATALOG_DIR)
+            home = layout.catalog(bucket)
             return home.bucket, home.key
 
-        self.catalog = SizeCatalog(
-            self.backend, catalog_home, on_event=lambda e: self.metrics.catalog_events.labels(e).inc()
-        )
+        self.catalog = SizeCatalog(self.backend, catalog_home, on_event=self.metrics.catalog_event)
         self.catalog.start()
         self.service = ObjectService(
             self.backend,
@@ -164,7 +165,6 @@ class Proxy:
                 self.service,
                 leftover_age=cfg.leftover_age,
                 metrics=self.metrics,
-                local_root=cfg.backend_path().resolve() if cfg.local_backend else None,
             )
             self._sweeper = asyncio.get_running_loop().create_task(
                 self.janitor.run_forever(cfg.janitor_interval)
@@ -267,7 +267,7 @@ class Proxy:
         """Probe the store (see probes.probe) and update its up/down state."""
         namespace = Namespace(self.cfg.backend_bucket, self.cfg.backend_prefix)
         findings = await probe(self.store, namespace, self.cfg.backend, write=write)
-        self.health.probed(findings)
+        self.health.probed(failure(findings))
         return findings
 
     async def watch_backend(self) -> None:
@@ -301,20 +301,7 @@ class Proxy:
 
 
 def _open_backend(cfg: Config, metrics: Metrics) -> Backend:
-    def on_request(
-        op: str, outcome: str, seconds: float, retries: int, bytes_in: int, bytes_out: int
-    ) -> None:
-        # A missing key is an answer, not a failure: clients look up objects that may not exist.
-        if outcome in NOT_FOUND:
-            outcome = "not_found"
-        metrics.backend_requests.labels(op, outcome).inc()
-        metrics.backend_seconds.labels(op).observe(seconds)
-        if retries:
-            metrics.backend_retries.labels(op).inc(retries)
-        metrics.backend_bytes_in.inc(bytes_in)
-        metrics.backend_bytes_out.inc(bytes_out)
-
-    return cfg.backend_settings().open(on_request)
+    return cfg.backend_settings().open(metrics.backend_request)
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int] | None:

@@ -1,4 +1,5 @@
-"""Every S3 request takes one path: route -> verify the signature -> the operation's handler -> response.
+"""Every S3 request takes one path: route (server.routes) -> verify the signature -> the operation's handler
+-> response.
 
 Any S3Error becomes S3's XML error; anything unexpected becomes a 500 InternalError with a request id,
 logged with its traceback, never shown to the client. Every request is counted and access-logged.
@@ -22,51 +23,14 @@ from tsproxy.s3 import ranges, xml
 from tsproxy.s3.auth import authenticate
 from tsproxy.s3.operations import Operation
 from tsproxy.s3.routing import route
-from tsproxy.server import acl, buckets, listing, multipart, object_handlers
-from tsproxy.server.exchange import Exchange, Handler, Served
+from tsproxy.server import acl
+from tsproxy.server.exchange import Exchange, Served
+from tsproxy.server.routes import BY_OPERATION, ROUTES, Draining
 from tsproxy.service.namespace import Namespace
 from tsproxy.service.namespace import backend_name as _backend_name
 
 log = logging.getLogger("tsproxy.server")
 access_log = logging.getLogger("tsproxy.access")
-
-# Every operation routing can name, and the handler that serves it.
-HANDLERS: dict[Operation, Handler] = {
-    Operation.LIST_BUCKETS: buckets.list_buckets,
-    Operation.CREATE_BUCKET: buckets.create_bucket,
-    Operation.HEAD_BUCKET: buckets.head_bucket,
-    Operation.DELETE_BUCKET: buckets.delete_bucket,
-    Operation.GET_BUCKET_LOCATION: buckets.get_bucket_location,
-    Operation.GET_BUCKET_VERSIONING: buckets.get_bucket_versioning,
-    Operation.GET_BUCKET_ACL: acl.get_bucket_acl,
-    Operation.PUT_BUCKET_ACL: acl.put_bucket_acl,
-    Operation.GET_OBJECT_ACL: acl.get_object_acl,
-    Operation.PUT_OBJECT_ACL: acl.put_object_acl,
-    Operation.LIST_OBJECTS_V2: listing.list_objects_v2,
-    Operation.LIST_OBJECTS: listing.list_objects_v1,
-    Operation.LIST_OBJECT_VERSIONS: listing.list_object_versions,
-    Operation.HEAD_OBJECT: object_handlers.head_object,
-    Operation.GET_OBJECT: object_handlers.get_object,
-    Operation.PUT_OBJECT: object_handlers.put_object,
-    Operation.COPY_OBJECT: object_handlers.copy_object,
-    Operation.DELETE_OBJECT: object_handlers.delete_object,
-    Operation.DELETE_OBJECTS: object_handlers.delete_objects,
-    Operation.CREATE_MULTIPART_UPLOAD: multipart.create_multipart_upload,
-    Operation.UPLOAD_PART: multipart.upload_part,
-    Operation.UPLOAD_PART_COPY: multipart.upload_part_copy,
-    Operation.COMPLETE_MULTIPART_UPLOAD: multipart.complete_multipart_upload,
-    Operation.ABORT_MULTIPART_UPLOAD: multipart.abort_multipart_upload,
-    Operation.LIST_PARTS: multipart.list_parts,
-    Operation.LIST_MULTIPART_UPLOADS: multipart.list_multipart_uploads,
-}
-# Writes that may carry an ACL (x-amz-acl, x-amz-grant-*): only private is accepted.
-_ACL_WRITES = frozenset(
-    {Operation.PUT_OBJECT, Operation.COPY_OBJECT, Operation.CREATE_MULTIPART_UPLOAD, Operation.CREATE_BUCKET}
-)
-# Writes refused while the server drains for shutdown.
-_WRITES = frozenset(
-    {Operation.PUT_OBJECT, Operation.UPLOAD_PART, Operation.CREATE_MULTIPART_UPLOAD, Operation.COPY_OBJECT}
-)
 
 
 def _split_target(raw: str) -> tuple[str, str]:
@@ -145,8 +109,10 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 query,
                 request.headers,
                 proxy.cfg.virtual_host_suffixes,
+                table=ROUTES,
             )
             op = s3.operation
+            row = BY_OPERATION[op]
             auth = authenticate(
                 request.method,
                 raw_path,
@@ -161,9 +127,9 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
             )
             proven = True
             _connection_proven(request)
-            if op in _ACL_WRITES:
+            if row.acl:
                 acl.check_acl_headers(request.headers, bucket=op is Operation.CREATE_BUCKET)
-            if proxy.draining and op in _WRITES:
+            if proxy.draining and row.draining is Draining.REFUSE:
                 raise errors.ServiceUnavailable("tsproxy is shutting down.")
             ex = Exchange(
                 request,
@@ -176,7 +142,7 @@ async def handle(proxy: Served, request: web.Request) -> web.StreamResponse:
                 proxy.cfg.region,
                 proxy.cfg.body_idle_timeout,
             )
-            response = await HANDLERS[op](ex)
+            response = await row.handler(ex)
         except errors.S3Error as e:
             error_code = e.code
             if op is not Operation.UNKNOWN:

@@ -16,7 +16,7 @@ from tsproxy.server import listing, object_handlers
 from tsproxy.server.exchange import OWNER_ID, XML_DECLARATION, Exchange, xml_response
 from tsproxy.server.headers import content_type, stored_headers, user_metadata
 from tsproxy.server.request_body import BodyResult, content_md5, declared_length
-from tsproxy.service.multipart import CompletedUpload
+from tsproxy.service.uploads.records import CompletedUpload
 
 # A completion still running after this many seconds answers 200 at once and keeps the connection alive.
 COMPLETE_KEEPALIVE_AFTER = 5.0
@@ -86,7 +86,7 @@ async def upload_part_copy(ex: Exchange) -> web.StreamResponse:
             )
         first, last = parsed
     upload_id = ex.query["uploadId"]
-    await ex.service._upload_state(ex.bucket, ex.key, upload_id)
+    await ex.service.upload_state(ex.bucket, ex.key, upload_id)
     source: AsyncIterator[bytes | memoryview] = ex.service.read(src, first, last) if src.size else _empty()
     record = await ex.service.upload_part(ex.bucket, ex.key, upload_id, part_no, source)
     return xml_response(xml.copy_part_xml(record.etag, record.last_modified))

@@ -6,61 +6,29 @@ object be written, read and deleted in the reserved namespace. Each answer is a 
 `tsproxy serve --check` prints them; `serve` logs the failed ones at start and keeps going, because the
 store may come back and the broker beside tsproxy must not be taken down with it.
 
-`BackendHealth` holds the up/down state (the `tsproxy_backend_up` gauge). Probes set it; request
-outcomes move it too: three requests in a row that end unavailable (after their retries) mark the store
-down, any answer marks it up. While it is down, `GuardedBackend` answers 503 at once instead of letting
-every request wait out its retries and timeouts, and lets one request through every few seconds to see
-whether the store is back. Cached reads never reach the backend and go on.
+A probe's `failure` sets the store's up/down state (`store.health.BackendHealth`, the
+`tsproxy_backend_up` gauge), which request outcomes move too (`store.health.GuardedBackend`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import socket
 import ssl
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from tsproxy import errors
-from tsproxy.metrics import Metrics
-from tsproxy.service.namespace import INTERNAL, Location, Namespace
+from tsproxy.service.namespace import Location, Namespace
+from tsproxy.service.uploads.layout import Layout, probe_name
 from tsproxy.store.base import Backend, buckets_of
 from tsproxy.store.s3errors import BackendRefused
 
 log = logging.getLogger("tsproxy.backend")
 
 PROBE_TIMEOUT = 10.0  # seconds for each probe step
-TRIP_AFTER = 3  # consecutive unavailable outcomes that mark the store down
-TRIAL_EVERY = 2.0  # seconds between requests let through while the store is down
-
-# Backend operations that fail fast while the store is down (lifecycle and ping stay untouched).
-GUARDED = frozenset(
-    {
-        "list_buckets",
-        "create_bucket",
-        "delete_bucket",
-        "head_bucket",
-        "head",
-        "get",
-        "get_bytes",
-        "put",
-        "delete",
-        "delete_many",
-        "list",
-        "copy",
-        "create_multipart",
-        "upload_part",
-        "upload_part_copy",
-        "complete_multipart",
-        "abort_multipart",
-        "list_multipart_uploads",
-        "list_parts",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -169,28 +137,27 @@ async def probe(
 PROBE_BUCKETS_LOOKED_AT = 20  # buckets asked whether they hold tsproxy's objects, without backend_bucket
 
 
-async def _probe_location(
-    backend: Backend, namespace: Namespace, buckets: list[str], name: str
-) -> Location | None:
+async def _probe_location(backend: Backend, namespace: Namespace, buckets: list[str]) -> Location | None:
     """Where the probe object goes: the reserved namespace, where no client can name it, of the
     backend bucket, else of a bucket that already holds tsproxy's own objects. Never another bucket:
     a store shared with other applications has buckets tsproxy has no business writing into."""
-    if namespace.backend_bucket is not None:
-        return Location(namespace.backend_bucket, f"{namespace.backend_prefix}{INTERNAL}{name}")
+    layout = Layout(namespace)
+    top = layout.mapped_reserved()
+    if top is not None:
+        return Location(top.bucket, top.key + probe_name())
     for bucket in buckets[:PROBE_BUCKETS_LOOKED_AT]:
-        home = namespace.internal(bucket, "")
+        home = layout.reserved(bucket)
         try:
             page = await _step(backend.list(home.bucket, prefix=home.key, max_keys=1))
         except Exception:  # another region, or no right to list it: not tsproxy's
             continue
         if page.objects or page.common_prefixes:
-            return namespace.internal(bucket, name)
+            return Location(home.bucket, home.key + probe_name())
     return None
 
 
 async def _probe_object(backend: Backend, namespace: Namespace, buckets: list[str], endpoint: str) -> Finding:
-    name = f"probe-{secrets.token_hex(8)}"
-    where = await _probe_location(backend, namespace, buckets, name)
+    where = await _probe_location(backend, namespace, buckets)
     if where is None:
         return Finding(
             "objects",
@@ -198,7 +165,7 @@ async def _probe_object(backend: Backend, namespace: Namespace, buckets: list[st
             "no bucket holds tsproxy's objects yet; write probe skipped (with backend_bucket set, it "
             "writes there)",
         )
-    body = f"tsproxy probe {name}".encode()
+    body = f"tsproxy probe {where.key.rpartition('/')[2]}".encode()
     step = "write"
     try:
         await _step(backend.put(where.bucket, where.key, body))
@@ -214,112 +181,8 @@ async def _probe_object(backend: Backend, namespace: Namespace, buckets: list[st
     return Finding("objects", True, f"wrote, read and deleted {where.bucket}/{where.key}")
 
 
-def unavailable(reason: str) -> errors.S3Error:
-    """The error clients get while the store is down."""
-    return errors.ServiceUnavailable(
-        f"The object store behind tsproxy is unavailable ({reason}); cached data is still served. "
-        "Retry later."
-    )
-
-
-class BackendHealth:
-    """Whether the object store is up, from probes and request outcomes; the `tsproxy_backend_up` gauge."""
-
-    def __init__(
-        self,
-        metrics: Metrics,
-        *,
-        trip_after: int = TRIP_AFTER,
-        trial_every: float = TRIAL_EVERY,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.metrics = metrics
-        self.trip_after = trip_after
-        self.trial_every = trial_every
-        self.clock = clock
-        self.up = True
-        self.reason = ""
-        self._failures = 0
-        self._last_trial = 0.0  # when the store went down, or the last trial request went through
-        metrics.backend_up.set(1)
-
-    def probed(self, findings: list[Finding]) -> None:
-        """A probe's result: down if the store is unreachable, refuses tsproxy or lacks its bucket."""
-        failed = [f for f in findings if not f.ok and f.check != "objects"]
-        if failed:
-            self._set(False, failed[0].message)
-        else:
-            self._set(True, "")
-
-    def outcome(self, error: BaseException | None) -> None:
-        """A backend request's outcome (after its retries)."""
-        if error is None or not isinstance(error, errors.ServiceUnavailable):
-            # Any answer but "unavailable" means the store is there (NoSuchKey is an answer).
-            if error is None or isinstance(error, errors.S3Error):
-                self._failures = 0
-                self._set(True, "")
-            return
-        self._failures += 1
-        if self._failures >= self.trip_after or not self.up:
-            self._set(False, str(error.message).rstrip("."))
-
-    def admit(self) -> None:
-        """Raise the 503 clients get while the store is down, except for one trial now and then."""
-        if self.up:
-            return
-        now = self.clock()
-        if now - self._last_trial >= self.trial_every:
-            self._last_trial = now
-            return
-        raise unavailable(self.reason)
-
-    def _set(self, up: bool, reason: str) -> None:
-        was = self.up
-        self.up, self.reason = up, reason if not up else ""
-        self.metrics.backend_up.set(1 if up else 0)
-        if was and not up:
-            self._last_trial = self.clock()
-            log.error(
-                "object store unavailable: uncached reads and writes fail fast with 503 until it is back",
-                extra={"fields": {"reason": reason}},
-            )
-        elif up and not was:
-            self._failures = 0
-            log.warning("object store available again")
-
-
-class GuardedBackend:
-    """A backend that fails fast while the store is down and reports every outcome to `health`.
-
-    A backend AccessDenied is tsproxy's problem, not the client's: it becomes BackendRefused (503).
-    """
-
-    def __init__(self, inner: Backend, health: BackendHealth) -> None:
-        self.inner = inner
-        self.health = health
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in GUARDED:
-            return attr
-        health = self.health
-
-        async def guarded(*args: Any, **kwargs: Any) -> Any:
-            health.admit()
-            try:
-                result = await attr(*args, **kwargs)
-            except errors.AccessDenied as e:
-                refused = BackendRefused("AccessDenied")
-                health.outcome(refused)
-                raise refused from e
-            except errors.S3Error as e:
-                health.outcome(e)
-                raise
-            health.outcome(None)
-            return result
-
-        return guarded
-
-    @classmethod
-    def wrap(cls, inner: Backend, health: BackendHealth) -> Backend:
-        return cast(Backend, cls(inner, health))
+def failure(findings: list[Finding]) -> str | None:
+    """What makes the store unusable, from a probe's findings (unreachable, refusing tsproxy or lacking
+    its bucket: not a failed write probe), or None."""
+    failed = [f for f in findings if not f.ok and f.check != "objects"]
+    return failed[0].message if failed else None

@@ -6,15 +6,22 @@ from datetime import UTC, datetime
 
 from tsproxy import errors
 from tsproxy.s3.limits import MAX_LIST_KEYS
-from tsproxy.service.listing import ListingOps
+from tsproxy.service.core import ServiceCore
+from tsproxy.service.listing import Listing
 from tsproxy.service.namespace import INTERNAL
 from tsproxy.store.base import buckets_of
 
 
-class BucketOps(ListingOps):
-    """List, create and delete buckets (a bucket must be empty to go)."""
+class Buckets:
+    """List, create and delete buckets (a bucket must be empty to go); with Listing, the listing part."""
 
-    # -- buckets ---------------------------------------------------------------------------------
+    def __init__(self, core: ServiceCore, listing: Listing) -> None:
+        self.core = core
+        self.listing = listing
+        self.backend = core.backend
+        self.ns = core.ns
+        self.layout = core.layout
+        self.catalog = core.catalog
 
     async def list_buckets(self) -> list[tuple[str, datetime]]:
         if not self.ns.mapped:
@@ -31,7 +38,7 @@ class BucketOps(ListingOps):
         if not self.ns.mapped:
             await buckets_of(self.backend).create_bucket(bucket)
             return
-        marker = self.ns.internal(bucket, "bucket")
+        marker = self.layout.bucket_marker(bucket)
         try:
             await self.backend.head(marker.bucket, marker.key)
         except errors.NoSuchKey:
@@ -41,25 +48,23 @@ class BucketOps(ListingOps):
 
     async def delete_bucket(self, bucket: str) -> None:
         root = self.ns.root(bucket)
-        await self.head_bucket(bucket)
-        page = await self.list_objects(bucket, max_keys=1)
+        await self.core.head_bucket(bucket)
+        page = await self.listing.list_objects(bucket, max_keys=1)
         if page.objects or page.common_prefixes:
             raise errors.BucketNotEmpty(BucketName=bucket)
         # Drop internal leftovers (aborted uploads' state, size catalog) before the bucket itself.
         if self.catalog is not None:
             self.catalog.forget(bucket)
-        internal = self.ns.internal(bucket, "")
+        internal = self.layout.reserved(bucket)
         while True:
             inner = await self.backend.list(internal.bucket, prefix=internal.key, max_keys=MAX_LIST_KEYS)
-            keys = [
-                o.key for o in inner.objects if not (self.ns.mapped and o.key.endswith(INTERNAL + "bucket"))
-            ]
+            keys = [o.key for o in inner.objects if not self.layout.is_bucket_marker(o.key)]
             if keys:
                 await self.backend.delete_many(internal.bucket, keys)
             if not inner.is_truncated or not keys:
                 break
         if self.ns.mapped:
-            marker = self.ns.internal(bucket, "bucket")
+            marker = self.layout.bucket_marker(bucket)
             await self.backend.delete(marker.bucket, marker.key)
         else:
             await buckets_of(self.backend).delete_bucket(root.bucket)

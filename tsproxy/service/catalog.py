@@ -43,9 +43,6 @@ from tsproxy.store.base import Backend, list_everything
 
 log = logging.getLogger("tsproxy.catalog")
 
-# Where a client bucket's catalog objects live, under its reserved namespace.
-CATALOG_DIR = "catalog/"
-
 # A tombstone is kept through compactions this long: records written before the delete but flushed
 # after it (at most a flush interval late, or a retried flush) still meet it.
 TOMBSTONE_KEEP_MS = 3600 * 1000

@@ -1,4 +1,5 @@
-"""The shared core of the object service (backend, key ring, settings, CPU pool, caches) and its helpers."""
+"""The shared core every part of the object service holds (backend, key ring, settings, CPU pool, the
+resolved objects), and small helpers the parts share."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from tsproxy import defaults, errors
+from tsproxy import errors
 from tsproxy.cache.reader import ChunkReader
 from tsproxy.format import (
     KeyRing,
@@ -21,13 +22,8 @@ from tsproxy.format.catalog import CatalogRecord, HeadFacts
 from tsproxy.metrics import Metrics
 from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.namespace import Namespace
-from tsproxy.service.pending import PendingUploads
-from tsproxy.service.records import (
-    PartRecord,
-    StoredObject,
-    UploadState,
-    upload_name,
-)
+from tsproxy.service.records import StoredObject
+from tsproxy.service.uploads.layout import Layout
 from tsproxy.store.base import Backend, ObjectInfo, buckets_of
 
 log = logging.getLogger("tsproxy.service")
@@ -35,12 +31,6 @@ log = logging.getLogger("tsproxy.service")
 # Objects whose stored form fits in this are buffered whole, so that their backend metadata can carry
 # the size and ETag (HEAD and listings then need no extra GET).
 SMALL_OBJECT = 8 << 20
-# Part records (and the small parts kept in them) an instance holds unwritten, at most: past it, a part's
-# record is written before its UploadPart is answered, as with upload_records = "eager".
-PENDING_BYTES = 64 << 20
-# Stored bytes of small multipart parts held in memory for the completion of their upload (see
-# ServiceCore._inline_parts): three or more, as each is below the backend's minimum part size.
-INLINE_PARTS_BYTES = 16 << 20
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -111,8 +101,9 @@ async def bounded_gather(limit: int, items: Sequence[T], fn: Callable[[T], Await
 
 
 class ServiceCore:
-    """What every part of the object service shares: the backend, the key ring, the transform settings,
-    the chunk reader, the CPU pool and the metadata caches."""
+    """What every part of the object service holds: the backend, the key ring (replaced on a reload),
+    the transform settings, the chunk reader, the CPU pool, the namespace and its layout, the size
+    catalog and the resolved objects; and what any part may do with them."""
 
     def __init__(
         self,
@@ -127,8 +118,6 @@ class ServiceCore:
         part_size: int = 25 << 20,
         metadata_ttl: float = 5.0,
         catalog: SizeCatalog | None = None,
-        upload_records: str = defaults.UPLOAD_RECORDS,
-        upload_record_delay: float = defaults.UPLOAD_RECORD_DELAY,
     ) -> None:
         self.backend = backend
         self.keyring = keyring
@@ -136,29 +125,13 @@ class ServiceCore:
         self.reader = reader
         self.executor = executor
         self.ns = namespace or Namespace()
+        self.layout = Layout(self.ns)
         self.metrics = metrics
         self.part_size = part_size
         # (bucket, key) -> resolved object; revalidated after metadata_ttl. Local writes invalidate at once.
-        self._objects: TtlCache[tuple[str, str], StoredObject] = TtlCache(4096, metadata_ttl)
-        # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
-        self._summaries: TtlCache[tuple[str, str, str], tuple[int, str]] = TtlCache(100_000, 0)
-        # (client bucket, upload id as the client spells it) -> its state, once read or its ticket checked.
-        self._uploads: TtlCache[tuple[str, str], UploadState] = TtlCache(1024, 0)
-        # (backend bucket, key of a part record) -> (its backend ETag, the record): the records this
-        # instance wrote need no GET at completion while the listing shows them unchanged.
-        self._part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
-        # The stored bytes of the newest small parts kept in those records (each below the backend's
-        # minimum part size), until their upload ends: a completion by this instance needs not read
-        # them back. Bounded in bytes: an upload of compressible parts makes one (some 5 MiB) a part,
-        # and eight of them held after their upload ended were a sixth of a 1 GiB upload's peak RSS.
-        self._inline_parts: BytesLru[tuple[str, str]] = BytesLru(8, INLINE_PARTS_BYTES)
+        self.resolved: TtlCache[tuple[str, str], StoredObject] = TtlCache(4096, metadata_ttl)
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
-        # Part records acknowledged and not yet written (service.deferred writes them): "deferred" holds
-        # them until an upload is quiet for upload_record_delay seconds, "eager" writes each at once.
-        self.upload_records = upload_records
-        self.upload_record_delay = upload_record_delay
-        self.pending = PendingUploads(PENDING_BYTES)
 
     def replace_keyring(self, keyring: KeyRing) -> None:
         """Use another key ring from now on (after a reload).
@@ -167,11 +140,9 @@ class ServiceCore:
         again, so a key removed from the ring stops reading at once rather than after metadata_ttl.
         """
         self.keyring = keyring
-        self._objects.clear()
+        self.resolved.clear()
 
-    # -- helpers ---------------------------------------------------------------------------------
-
-    async def _cpu(self, direction: str, fn: Callable[..., T], *args: Any) -> T:
+    async def cpu(self, direction: str, fn: Callable[..., T], *args: Any) -> T:
         """Run CPU work (zstd, AES, hashing) in the bounded pool, counting its thread CPU time."""
         metrics = self.metrics
 
@@ -185,19 +156,8 @@ class ServiceCore:
 
         return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
-    def forget_upload(self, bucket: str, name: str) -> None:
-        """Drop what this instance remembers of the upload stored as `name` (or of that upload id): it
-        completed, was aborted, or the janitor removed it."""
-        name = upload_name(name)
-        self._uploads.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
-        where = self.ns.internal(bucket, f"mpu/{name}/")
-        self._inline_parts.pop_where(lambda k: k[0] == where.bucket and k[1].startswith(where.key))
-        entry = self.pending.get(bucket, name)
-        if entry is not None:
-            self.pending.close(entry)
-
     def invalidate(self, bucket: str, key: str) -> None:
-        self._objects.pop((bucket, key))
+        self.resolved.pop((bucket, key))
 
     def cataloged(self, bucket: str, key: str, info: ObjectInfo, obj: StoredObject) -> StoredObject:
         """Note a completed write in the size catalog (listings then need no HEAD for it); returns `obj`."""
@@ -218,7 +178,7 @@ class ServiceCore:
         if not self.ns.mapped:
             await buckets_of(self.backend).head_bucket(bucket)
             return
-        marker = self.ns.internal(bucket, "bucket")
+        marker = self.layout.bucket_marker(bucket)
         try:
             await self.backend.head(marker.bucket, marker.key)
         except errors.NoSuchKey:

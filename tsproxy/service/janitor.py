@@ -6,7 +6,7 @@ finds them in every client bucket it knows (see service.leftovers for what count
 removes those untouched for `leftover_age`. It never touches a live upload: a client upload written to
 within that age keeps all its objects, and a backend multipart upload under a live upload's prefix, or
 at the key a live upload completes to, is left alone whatever its age; nor an upload this instance holds
-part records of (service.pending), or its backend upload. An upload that no instance has written
+part records of (service.uploads.pending), or its backend upload. An upload that no instance has written
 anything of (its id carries a ticket, its records are held elsewhere or were lost in a crash) shows only
 as its backend upload, which goes once initiated longer than `leftover_age` ago.
 
@@ -19,37 +19,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
-from pathlib import Path
 
 from tsproxy import errors
 from tsproxy.metrics import Metrics
 from tsproxy.s3.limits import MAX_DELETE_KEYS
-from tsproxy.service.buckets import BucketOps
+from tsproxy.service import ObjectService
 from tsproxy.service.leftovers import (
-    PROBES,
     Sweep,
     UploadLeftover,
     list_keys,
     plan_sweep,
     spare_completing,
 )
-from tsproxy.service.multipart import COMPLETED_UPLOAD_TTL
-from tsproxy.service.namespace import INTERNAL, Location
-from tsproxy.service.records import UploadState
-from tsproxy.store.base import Backend, MultipartCapable, UploadInfo, multipart_of
-from tsproxy.store.localfile import TMP_PREFIX
+from tsproxy.service.namespace import Location
+from tsproxy.service.uploads.layout import PROBES, is_probe
+from tsproxy.service.uploads.records import COMPLETED_UPLOAD_TTL, UploadState
+from tsproxy.store.base import Backend, LeavesLeftovers, MultipartCapable, UploadInfo, multipart_of
 
 log = logging.getLogger("tsproxy.janitor")
-
-# The embedded backend's own leftovers: files being written, buckets being removed (see store.local).
-LOCAL_TEMPORARY = (TMP_PREFIX, ".deleting-")
 
 
 @dataclass
@@ -73,22 +65,20 @@ class Janitor:
 
     def __init__(
         self,
-        service: BucketOps,
+        service: ObjectService,
         *,
         leftover_age: float,
         metrics: Metrics | None = None,
-        local_root: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.service = service
+        self.buckets = service.buckets
+        self.uploads = service.uploads
+        self.backend: Backend = service.backend
+        self.ns = service.ns
+        self.layout = service.layout
         self.age = leftover_age
         self.metrics = metrics
-        self.local_root = local_root  # the embedded backend's directory, for its temporary files
         self.clock = clock
-
-    @property
-    def backend(self) -> Backend:
-        return self.service.backend
 
     async def run_forever(self, interval: float) -> None:
         """Sweep now, then every `interval` seconds, until cancelled."""
@@ -107,7 +97,7 @@ class Janitor:
         started = time.monotonic()
         now = self.clock()
         try:
-            buckets = [name for name, _ in await self.service.list_buckets()]
+            buckets = [name for name, _ in await self.buckets.list_buckets()]
         except Exception as e:
             run.failed("list of buckets", e)
             buckets = []
@@ -116,20 +106,17 @@ class Janitor:
                 await self._sweep_bucket(bucket, now, run)
             except Exception as e:  # one bucket's trouble does not keep the others dirty
                 run.failed(f"bucket {bucket}", e)
-        ns = self.service.ns
-        if ns.backend_bucket is not None:  # serve --check's probes of a mapped store
+        top = self.layout.mapped_reserved()
+        if top is not None:  # serve --check's probes of a mapped store
             try:
-                await self._sweep_probes(Location(ns.backend_bucket, ns.backend_prefix), now, run)
+                await self._sweep_probes(top, now, run)
             except Exception as e:
-                run.failed(f"{ns.backend_bucket}/{ns.backend_prefix}{INTERNAL}", e)
-        if self.local_root is not None:
+                run.failed(f"{top.bucket}/{top.key}", e)
+        if isinstance(self.backend, LeavesLeftovers):  # the embedded store's files being written
             try:
-                cutoff = now - self.age
-                run.count(
-                    "temporary", await asyncio.to_thread(_remove_local_temporary, self.local_root, cutoff)
-                )
+                run.count("temporary", await self.backend.remove_leftovers(now - self.age))
             except OSError as e:
-                run.failed(str(self.local_root), e)
+                run.failed(f"{self.backend!r} temporary files", e)
         self._report(run, time.monotonic() - started)
         return run
 
@@ -148,20 +135,21 @@ class Janitor:
     # -- one bucket ----------------------------------------------------------------------------------
 
     async def _sweep_bucket(self, bucket: str, now: float, run: JanitorRun) -> None:
-        ns, backend = self.service.ns, self.backend
+        ns, backend = self.ns, self.backend
         root = ns.root(bucket)
-        internal = await list_keys(backend, root.bucket, root.key + INTERNAL)
+        reserved = self.layout.reserved(bucket)
+        internal = await list_keys(backend, reserved.bucket, reserved.key)
         # A backend without multipart uploads has none left over.
         multipart = backend if isinstance(backend, MultipartCapable) else None
         uploads = await multipart.list_multipart_uploads(root.bucket, root.key) if multipart else []
         sweep = plan_sweep(internal, root.key, uploads, now, self.age, COMPLETED_UPLOAD_TTL.total_seconds())
         # The uploads this instance holds records of are live, whatever the backend shows of them: their
         # objects, their backend uploads, and what is under their prefix or at their keys.
-        held = self.service.pending.live(bucket)
+        held = self.uploads.pending.live(bucket)
         if held:
             names = {e.name for e in held}
             ids = {e.state.backend_upload for e in held}
-            prefixes = tuple(ns.internal(bucket, f"mpu/{e.name}/").key for e in held)
+            prefixes = tuple(self.layout.upload(bucket, e.name).key for e in held)
             keys = [ns.object(bucket, e.state.key).key for e in held]
             sweep = dataclasses.replace(
                 sweep,
@@ -180,7 +168,7 @@ class Janitor:
 
     async def _abortable(self, bucket: str, sweep: Sweep) -> list[UploadInfo]:
         """The old backend uploads minus those at the key a live client upload completes to."""
-        root = self.service.ns.root(bucket)
+        root = self.ns.root(bucket)
         at_keys = sweep.at_client_keys(root.key)
         if not at_keys or not sweep.live:
             return list(sweep.backend_uploads)
@@ -190,7 +178,7 @@ class Janitor:
                 _, data = await self.backend.get_bytes(root.bucket, upload.state_key)
             except errors.NoSuchKey:
                 continue  # no state: nothing can complete it
-            live_keys.append(self.service.ns.object(bucket, UploadState.from_bytes(data).key).key)
+            live_keys.append(self.ns.object(bucket, UploadState.from_bytes(data).key).key)
         spared = spare_completing(at_keys, live_keys)
         return [u for u in sweep.backend_uploads if u not in at_keys or u in spared]
 
@@ -218,7 +206,7 @@ class Janitor:
         keys = list(upload.keys)
         # This instance's cached state would keep the upload alive here (UploadPart, ListParts) after
         # every other instance calls it gone.
-        self.service.forget_upload(bucket, upload.upload_id)
+        self.uploads.forget_upload(bucket, upload.upload_id)
         if upload.has_state:
             keys.remove(upload.state_key)
             await self._delete(backend_bucket, [upload.state_key], "upload_state", run)
@@ -238,14 +226,11 @@ class Janitor:
             },
         )
 
-    async def _sweep_probes(self, home: Location, now: float, run: JanitorRun) -> None:
-        listed = await list_keys(self.backend, home.bucket, home.key + INTERNAL + PROBES)
-        old = [
-            i.key
-            for i in listed
-            if "/" not in i.key[len(home.key + INTERNAL) :] and now - i.modified >= self.age
-        ]
-        await self._delete(home.bucket, old, "temporary", run)
+    async def _sweep_probes(self, top: Location, now: float, run: JanitorRun) -> None:
+        """The probes at the top of a mapped namespace (`top`: its reserved namespace)."""
+        listed = await list_keys(self.backend, top.bucket, top.key + PROBES)
+        old = [i.key for i in listed if is_probe(i.key[len(top.key) :]) and now - i.modified >= self.age]
+        await self._delete(top.bucket, old, "temporary", run)
 
     async def _delete(self, backend_bucket: str, keys: list[str], kind: str, run: JanitorRun) -> None:
         for start in range(0, len(keys), MAX_DELETE_KEYS):
@@ -276,26 +261,3 @@ class Janitor:
                 "initiated": u.initiated.astimezone(UTC).isoformat(),
             }
             log.info("janitor aborted a backend multipart upload", extra={"fields": fields})
-
-
-def _remove_local_temporary(root: Path, cutoff: float) -> int:
-    """Remove the embedded backend's temporary files and directories last written before `cutoff`."""
-    removed = 0
-    for directory, dirs, files in os.walk(root):
-        for name in [d for d in dirs if d.startswith(LOCAL_TEMPORARY)]:
-            path = Path(directory, name)
-            if not path.is_symlink() and path.stat().st_mtime < cutoff:
-                shutil.rmtree(path, ignore_errors=True)
-                removed += 1
-            dirs.remove(name)
-        for name in files:
-            if not name.startswith(LOCAL_TEMPORARY):
-                continue
-            path = Path(directory, name)
-            try:
-                if path.lstat().st_mtime < cutoff:
-                    path.unlink()
-                    removed += 1
-            except FileNotFoundError:
-                continue  # renamed into place or removed meanwhile
-    return removed

@@ -28,12 +28,20 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tsproxy.service.namespace import INTERNAL
-from tsproxy.service.records import backend_upload_of
+from tsproxy.service.uploads import layout
+from tsproxy.service.uploads.ids import backend_upload_of
+from tsproxy.service.uploads.layout import (
+    STATE,
+    internal_part,
+    is_completed_record,
+    is_probe,
+    is_state,
+    upload_folder_of,
+    upload_prefix,
+)
 from tsproxy.store.base import Backend, UploadInfo, list_everything
 
-UPLOADS = INTERNAL + "mpu/"
-COMPLETED = "mpu-done/"  # below INTERNAL
-PROBES = "probe-"  # below INTERNAL
+UPLOADS = INTERNAL + layout.UPLOADS  # below a bucket root
 
 
 class Listed(NamedTuple):
@@ -43,14 +51,6 @@ class Listed(NamedTuple):
     size: int
     etag: str
     modified: float
-
-
-def internal_part(key: str, root: str) -> str | None:
-    """The part of a backend key inside the internal prefix (`.tsproxy/...`) of a bucket root, or None."""
-    if not key.startswith(root):
-        return None
-    rest = key[len(root) :]
-    return rest[len(INTERNAL) :] if rest.startswith(INTERNAL) else None
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class UploadLeftover:
 
     @property
     def state_key(self) -> str:
-        return self.prefix + "state"
+        return self.prefix + STATE
 
     @property
     def backend_upload(self) -> str | None:
@@ -107,19 +107,16 @@ def find_uploads(items: Iterable[Listed], root: str) -> list[UploadLeftover]:
     """Group the internal multipart objects of one bucket root by upload id."""
     groups: dict[str, list[Listed]] = {}
     for item in items:
-        rest = internal_part(item.key, root)
-        if rest is None or not rest.startswith("mpu/"):
-            continue
-        upload_id, sep, _ = rest[len("mpu/") :].partition("/")
-        if upload_id and sep:
+        upload_id = upload_folder_of(internal_part(item.key, root) or "")
+        if upload_id is not None:
             groups.setdefault(upload_id, []).append(item)
     out = []
     for upload_id, members in sorted(groups.items()):
         out.append(
             UploadLeftover(
-                upload_id=upload_id, prefix=f"{root}{UPLOADS}{upload_id}/", objects=len(members),
+                upload_id=upload_id, prefix=upload_prefix(root, upload_id), objects=len(members),
                 bytes=sum(m.size for m in members), newest=max(m.modified for m in members),
-                has_state=any(m.key.endswith("/state") for m in members), keys=tuple(m.key for m in members),
+                has_state=any(is_state(m.key) for m in members), keys=tuple(m.key for m in members),
             )
         )  # fmt: skip
     return out
@@ -163,9 +160,9 @@ def plan_sweep(
     completed, temporary = [], []
     for item in items:
         rest = internal_part(item.key, root) or ""
-        if rest.startswith(COMPLETED) and now - item.modified >= completed_ttl:
+        if is_completed_record(rest) and now - item.modified >= completed_ttl:
             completed.append(item.key)
-        elif rest.startswith(PROBES) and "/" not in rest and now - item.modified >= age:
+        elif is_probe(rest) and now - item.modified >= age:
             temporary.append(item.key)
     listed = list(backend_uploads)
     old = tuple(

@@ -10,11 +10,9 @@ from tsproxy.format.catalog import CatalogIndex
 from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
 from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service import paging
-from tsproxy.service.core import (
-    bounded_gather,
-)
+from tsproxy.service.core import ServiceCore, TtlCache, bounded_gather
 from tsproxy.service.namespace import ESCAPED, RESERVED_START, Location, stored_as_is
-from tsproxy.service.reads import ReadOps
+from tsproxy.service.reads import Reads
 from tsproxy.service.records import (
     ListedObject,
     ListedPage,
@@ -24,17 +22,25 @@ from tsproxy.store.base import ListPage, ObjectInfo, list_everything
 log = logging.getLogger("tsproxy.service")
 
 # Backend requests a page may add to fill itself past hidden names. The reserved range takes one; more are
-# for names no client key maps to (written straight into the backend). A page still short after them is
+# for names no client key maps to (written directly into the backend). A page still short after them is
 # truncated with fewer keys, as S3 allows.
 MAX_REFILLS = 4
 # Past every backend name in the reserved range (internal state and escaped keys alike).
 RESERVED_END = RESERVED_START + paging.PAST_PREFIX
 
 
-class ListingOps(ReadOps):
-    """List a bucket's objects."""
+class Listing:
+    """List a bucket's objects (with Buckets, the listing part)."""
 
-    # -- listing ---------------------------------------------------------------------------------
+    def __init__(self, core: ServiceCore, reads: Reads) -> None:
+        self.core = core
+        self.reads = reads
+        self.backend = core.backend
+        self.ns = core.ns
+        self.metrics = core.metrics
+        self.catalog = core.catalog
+        # (backend bucket, key, backend etag) -> (size, etag): listing summaries never go stale by key.
+        self._summaries: TtlCache[tuple[str, str, str], tuple[int, str]] = TtlCache(100_000, 0)
 
     async def list_objects(
         self,
@@ -53,7 +59,7 @@ class ListingOps(ReadOps):
         listing looks there too and merges them in client order; when there are none, which is the
         usual case, later pages never look again and the backend's tokens pass through.
         """
-        await self.head_bucket(bucket) if self.ns.mapped else None
+        await self.core.head_bucket(bucket) if self.ns.mapped else None
         root = self.ns.root(bucket)
         cursor = paging.parse_token(token)
         after = paging.later(start_after, cursor.after)
@@ -221,7 +227,7 @@ class ListingOps(ReadOps):
         elif META_SIZE in meta and META_ETAG in meta:
             summary = (int(meta[META_SIZE]), meta[META_ETAG])
         else:
-            obj = await self._load(Location(backend_bucket, listed.key), listed)
+            obj = await self.reads.load(Location(backend_bucket, listed.key), listed)
             summary = (obj.size, obj.etag)
         self._summaries.put(cache_key, summary)
         return summary

@@ -17,15 +17,21 @@ from tsproxy.service.records import (
     ObjectChanged,
     StoredObject,
 )
-from tsproxy.store.base import ObjectInfo
+from tsproxy.store.base import ObjectInfo, VersionRanges, aclose
 
 
-class ReadOps(ServiceCore):
-    """Resolve and read objects."""
+class Reads:
+    """Resolve and read objects (the read half of the objects part)."""
 
     tail_guess = TAIL_GUESS  # bytes of an object's end read to resolve it (its tail, usually whole)
 
-    # -- reading ---------------------------------------------------------------------------------
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+        self.backend = core.backend
+        self.ns = core.ns
+        self.metrics = core.metrics
+        self.catalog = core.catalog
+        self.resolved = core.resolved
 
     async def resolve(self, bucket: str, key: str) -> StoredObject:
         """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent.
@@ -34,7 +40,7 @@ class ReadOps(ServiceCore):
         object's size (its Content-Range), ETag and metadata, and holds the tail of any ordinary
         tsproxy object; only a longer tail takes one more GET, pinned to that ETag.
         """
-        cached = self._objects.get((bucket, key))
+        cached = self.resolved.get((bucket, key))
         if cached is not None:
             if self.metrics is not None:
                 self.metrics.manifest_cache.labels("hit").inc()
@@ -48,17 +54,17 @@ class ReadOps(ServiceCore):
             except (errors.NoSuchKey, errors.NoSuchBucket):
                 # Under a mapped namespace the backend's bucket is not the client's: ask about the
                 # client's (and a HEAD's 404 has no body to tell a missing key from a missing bucket).
-                await self.head_bucket(bucket)
+                await self.core.head_bucket(bucket)
                 raise errors.NoSuchKey(Key=key) from None
             try:
-                obj = await self._load(loc, info, end)
+                obj = await self.load(loc, info, end)
             except errors.PreconditionFailed:
                 # Overwritten between our first read and the next: look again.
                 if attempt == 2:
                     raise errors.ServiceUnavailable("The object keeps changing; try again.") from None
                 continue
-            if self._objects.ttl > 0:
-                self._objects.put((bucket, key), obj)
+            if self.resolved.ttl > 0:
+                self.resolved.put((bucket, key), obj)
             return obj
         raise AssertionError("unreachable")
 
@@ -73,7 +79,7 @@ class ReadOps(ServiceCore):
         saw. The result of a match can't be read from (`head_only`) and is not kept for GETs.
         """
         index = self.catalog.cached(bucket) if self.catalog is not None else None
-        if index is None or key not in index or self._objects.get((bucket, key)) is not None:
+        if index is None or key not in index or self.resolved.get((bucket, key)) is not None:
             obj = await self.resolve(bucket, key)
             if index is None and self.catalog is not None:
                 self.catalog.load_soon(bucket)  # the bucket exists: later HEADs may skip the tail
@@ -82,14 +88,14 @@ class ReadOps(ServiceCore):
         try:
             info = await self.backend.head(loc.bucket, loc.key)
         except (errors.NoSuchKey, errors.NoSuchBucket):
-            await self.head_bucket(bucket)
+            await self.core.head_bucket(bucket)
             raise errors.NoSuchKey(Key=key) from None
         record = index.lookup(key, info.etag, info.size)
         if record is None or record.head is None or META_FORMAT not in info.metadata:
             if self.metrics is not None:
                 self.metrics.catalog_lookups.labels("miss").inc()
             try:
-                return await self._load(loc, info)  # the tail of the version just seen
+                return await self.load(loc, info)  # the tail of the version just seen
             except errors.PreconditionFailed:
                 return await self.resolve(bucket, key)  # overwritten since: start over
         if self.metrics is not None:
@@ -118,7 +124,7 @@ class ReadOps(ServiceCore):
         except errors.InvalidRange:
             return await self.backend.head(loc.bucket, loc.key), None
 
-    async def _load(self, loc: Location, info: ObjectInfo, end: bytes | None = None) -> StoredObject:
+    async def load(self, loc: Location, info: ObjectInfo, end: bytes | None = None) -> StoredObject:
         """The object `info` describes; `end`, when given, is a suffix of it read with `info`."""
         meta = dict(info.metadata)
         if META_FORMAT not in meta:
@@ -144,7 +150,7 @@ class ReadOps(ServiceCore):
                 loc.bucket, loc.key, -search.read_next, None, if_match=info.etag
             )
         # decode_tail says what is wrong with an end that holds no tail.
-        manifest, ctx = await self._cpu("read", decode_tail, end, self.keyring)
+        manifest, ctx = await self.core.cpu("read", decode_tail, end, self.core.keyring)
         return StoredObject.written(loc, info, manifest, ctx, meta)
 
     def read(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes | memoryview]:
@@ -155,34 +161,31 @@ class ReadOps(ServiceCore):
         if obj.head_only:
             raise errors.InternalError("an object described for a HEAD was read from")
         if obj.manifest is None or obj.ctx is None:
-            return self._read_passthrough(obj, first, last)
-        loc, etag = obj.loc, obj.backend_etag
-
-        async def fetch(start: int, end: int) -> AsyncIterator[bytes]:
-            # Streamed: the reader decodes each chunk as soon as its bytes are in.
-            try:
-                reader = await self.backend.get(loc.bucket, loc.key, start, end - 1, if_match=etag)
-            except errors.PreconditionFailed:
-                raise ObjectChanged(f"{loc.bucket}/{loc.key} changed while it was read") from None
-            try:
-                async for piece in reader:
-                    yield piece
-            finally:
-                await reader.close()
-
-        return self.reader.read(obj.manifest, obj.ctx, fetch, first, last)
+            return _changed_is_gone(obj.loc, self._read_passthrough(obj, first, last))
+        # The read engine fetches the stored chunks it lacks from this version of the object.
+        ranges = VersionRanges(self.backend, obj.loc.bucket, obj.loc.key, obj.backend_etag)
+        return _changed_is_gone(obj.loc, self.core.reader.read(obj.manifest, obj.ctx, ranges, first, last))
 
     async def _read_passthrough(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
         if obj.size == 0:
             return
-        try:
-            reader = await self.backend.get(
-                obj.loc.bucket, obj.loc.key, first, last, if_match=obj.backend_etag
-            )
-        except errors.PreconditionFailed:
-            raise ObjectChanged(f"{obj.loc.bucket}/{obj.loc.key} changed while it was read") from None
+        reader = await self.backend.get(obj.loc.bucket, obj.loc.key, first, last, if_match=obj.backend_etag)
         try:
             async for piece in reader:
                 yield piece
         finally:
             await reader.close()
+
+
+async def _changed_is_gone(
+    loc: Location, pieces: AsyncIterator[bytes | memoryview]
+) -> AsyncIterator[bytes | memoryview]:
+    """`pieces`, with the version they are read from found replaced (a pinned GET's PreconditionFailed)
+    said as ObjectChanged."""
+    try:
+        async for piece in pieces:
+            yield piece
+    except errors.PreconditionFailed:
+        raise ObjectChanged(f"{loc.bucket}/{loc.key} changed while it was read") from None
+    finally:
+        await aclose(pieces)

@@ -20,10 +20,12 @@ from tsproxy.format import (
     encode_tail,
 )
 from tsproxy.format import rewrap as rewrap_manifest
+from tsproxy.format.digests import BoundedMD5
 from tsproxy.format.manifest import META_FORMAT, META_SIZE
 from tsproxy.s3.limits import MAX_PARTS
 from tsproxy.service.core import (
     SMALL_OBJECT,
+    ServiceCore,
     buffer_head,
     chain,
     encode_meta_value,
@@ -31,7 +33,7 @@ from tsproxy.service.core import (
 )
 from tsproxy.service.lane import Lane
 from tsproxy.service.namespace import Location
-from tsproxy.service.reads import ReadOps
+from tsproxy.service.reads import Reads
 from tsproxy.service.receive import BATCH_SIZE, BATCHES_AHEAD, PayloadBatches, batch_size
 from tsproxy.service.records import (
     ByteRange,
@@ -41,63 +43,28 @@ from tsproxy.store.base import ObjectInfo, multipart_of
 
 # Chunks of one segment sealed at once, on any of the CPU pool's threads, beside the lane. On two cores a
 # broker's one-part-at-a-time upload is CPU-bound (client, event loop, store and the two threads share
-# them) and gains nothing over one (alternating runs); a single 64 MiB PutObject gained ~5 %, and more
-# cores are there for the taking. Each holds its chunk's batch until it is sealed, so a request holds
-# at most this many batches beyond those waiting (BATCHES_AHEAD).
+# them) and gains nothing over one; a single large PutObject gains a little, and more cores are there
+# for the taking (README, "Figures behind the code's constants"). Each holds its chunk's batch until it
+# is sealed, so a request holds at most this many batches beyond those waiting (BATCHES_AHEAD).
 SEALS_AHEAD = 2
 # Functions waiting in each lane (the payload's MD5 steps hold their batch, records their stored chunk):
-# enough that sealing seldom waits for them, few enough that each holds a couple of batches at most. With
-# the two lanes a 1 GiB upload peaked at 265 MiB in benchmarks/proxy.py, within the 258-277 of one lane.
+# enough that sealing seldom waits for them, few enough that each holds a couple of batches at most: two
+# lanes peak no higher than one did (benchmarks/proxy.py).
 LANE_AHEAD = 4
 
 
-class BoundedMD5:
-    """The MD5 of a stored object, made as it is stored, for a backend that uses it only when the object
-    fits in `limit` bytes (S3Backend sends a larger one in parts, each hashed as it goes): past the limit
-    it stops hashing, since a second full pass over every stored byte would be CPU nobody uses (1.4 s
-    a GiB here, for a segment whose producer compressed it as many as it has payload). No limit: hashed
-    whole. Fed in order, one call at a time (the store path's lane, then the tail).
+class Writes:
+    """Store, copy, delete and rewrap objects (the write half of the objects part)."""
 
-    stored_size: the object's stored size when it is known before its bytes are (chunks stored
-    uncompressed, of a declared length), else None; beyond the limit, nothing is hashed at all.
-    """
+    def __init__(self, core: ServiceCore, reads: Reads) -> None:
+        self.core = core
+        self.reads = reads
+        self.backend = core.backend
+        self.ns = core.ns
+        self.metrics = core.metrics
+        self.part_size = core.part_size
 
-    def __init__(self, limit: int | None, stored_size: Callable[[], int | None] | None = None) -> None:
-        self._md5: Any = hashlib.md5(usedforsecurity=False)
-        self._limit = limit
-        self._stored_size = stored_size
-        self._size = 0
-
-    def update(self, data: bytes | bytearray | memoryview) -> None:
-        if self._md5 is None:
-            return
-        self._size += memoryview(data).nbytes
-        if self._limit is not None and (
-            self._size > self._limit
-            or (self._stored_size is not None and (self._stored_size() or 0) > self._limit)
-        ):
-            self._md5 = None  # beyond what it is wanted for
-            return
-        self._md5.update(data)
-
-    def digest(self) -> bytes | None:
-        """The MD5 of everything fed; None once more than `limit` bytes were."""
-        return None if self._md5 is None else self._md5.digest()
-
-    def whole(self) -> bytes:
-        """digest(), for a body that fits (the backend asks only then): an error, never a wrong MD5."""
-        digest = self.digest()
-        if digest is None:
-            raise RuntimeError(f"the MD5 of a body beyond {self._limit} bytes was asked for")
-        return digest
-
-
-class WriteOps(ReadOps):
-    """Store, copy, delete and rewrap objects."""
-
-    # -- writing ---------------------------------------------------------------------------------
-
-    async def _encode(
+    async def encode(
         self,
         ctx: ObjectContext,
         settings: TransformSettings,
@@ -145,16 +112,16 @@ class WriteOps(ReadOps):
         # Batches of whole chunks are cut into views of them, on the loop; a chunk larger than a batch is
         # gathered from several by a copy, which is the pool's work.
         gathered = settings.chunk_size > BATCH_SIZE
-        run = functools.partial(self._cpu, "store")
+        run = functools.partial(self.core.cpu, "store")
         # Two lanes, so the payload's MD5 and the stored bytes' (fed by the records) run on two threads at
-        # once: each is a pass over its bytes at about 0.9 GiB/s, and an uncompressed part has as many
-        # stored bytes as payload.
+        # once: each is a full pass over its bytes, and an uncompressed part has as many stored bytes as
+        # payload.
         hashing, lane = Lane(run, LANE_AHEAD), Lane(run, LANE_AHEAD)
         sealing: deque[tuple[ChunkCut, asyncio.Future[bytes]]] = deque()
         original = stored = 0
 
         def seal(cut: ChunkCut) -> None:
-            sealing.append((cut, asyncio.ensure_future(self._cpu("store", encoder.seal, cut))))
+            sealing.append((cut, asyncio.ensure_future(self.core.cpu("store", encoder.seal, cut))))
 
         async def sealed() -> bytes:
             # The oldest chunk, in order; recorded down the lane behind everything before it.
@@ -167,7 +134,7 @@ class WriteOps(ReadOps):
             while (batch := await batches.next()) is not None:
                 original += len(batch)
                 await hashing.submit(md5.update, batch)
-                cuts = await self._cpu("store", encoder.cut, batch) if gathered else encoder.cut(batch)
+                cuts = await self.core.cpu("store", encoder.cut, batch) if gathered else encoder.cut(batch)
                 for cut in cuts:
                     while len(sealing) >= SEALS_AHEAD:
                         chunk = await sealed()
@@ -219,8 +186,8 @@ class WriteOps(ReadOps):
         transform computes anyway (BadDigest, nothing stored), so the payload need not be hashed twice.
         """
         loc = self.ns.object(bucket, key)
-        settings = self.settings
-        ctx = await self._cpu("store", ObjectContext.new, settings, self.keyring)
+        settings = self.core.settings
+        ctx = await self.core.cpu("store", ObjectContext.new, settings, self.core.keyring)
         result: dict[str, Any] = {}
         # The MD5 of the stored object (chunks, then tail), hashed as it is made: the backend's
         # Content-MD5 of an object it gets in one request is then no pass over it once it is whole. Only
@@ -236,7 +203,7 @@ class WriteOps(ReadOps):
         stored_md5 = BoundedMD5(getattr(self.backend, "whole_md5_limit", None), stored_size)
 
         async def stored() -> AsyncGenerator[bytes, None]:
-            async for item in self._encode(
+            async for item in self.encode(
                 ctx,
                 settings,
                 1,
@@ -260,7 +227,7 @@ class WriteOps(ReadOps):
                 metadata=metadata,
                 headers=headers,
             )
-            tail = await self._cpu("store", encode_tail, manifest, ctx)
+            tail = await self.core.cpu("store", encode_tail, manifest, ctx)
             result["manifest"], result["tail"] = manifest, len(tail)
             stored_md5.update(tail)  # (the chunks are all in it: _encode has recorded them)
             yield tail
@@ -297,21 +264,21 @@ class WriteOps(ReadOps):
         finally:
             # A failed or abandoned upload stops its receiving and transforming now, not at collection.
             await body.aclose()
-        self.invalidate(bucket, key)
-        return self.cataloged(bucket, key, info, StoredObject.written(loc, info, manifest, ctx, meta))
+        self.core.invalidate(bucket, key)
+        return self.core.cataloged(bucket, key, info, StoredObject.written(loc, info, manifest, ctx, meta))
 
     async def delete(self, bucket: str, key: str) -> None:
         loc = self.ns.object(bucket, key)
-        self.invalidate(bucket, key)
+        self.core.invalidate(bucket, key)
         await self.backend.delete(loc.bucket, loc.key)
-        self.uncataloged(bucket, [key])
+        self.core.uncataloged(bucket, [key])
 
     async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
         """DeleteObjects: the keys that could not be deleted, each with an S3 error code and message."""
         failures: list[tuple[str, str, str]] = []
         by_name: dict[str, str] = {}
         for key in keys:
-            self.invalidate(bucket, key)
+            self.core.invalidate(bucket, key)
             try:
                 by_name[self.ns.object(bucket, key).key] = key
             except errors.S3Error as e:
@@ -320,7 +287,7 @@ class WriteOps(ReadOps):
         failed = await self.backend.delete_many(backend_bucket, list(by_name)) if by_name else []
         failures += [(by_name[name], code, msg) for name, code, msg in failed]
         gone = {by_name[name] for name, _, _ in failed}
-        self.uncataloged(bucket, [k for k in by_name.values() if k not in gone])
+        self.core.uncataloged(bucket, [k for k in by_name.values() if k not in gone])
         return failures
 
     async def copy(
@@ -346,14 +313,14 @@ class WriteOps(ReadOps):
                 metadata=meta,
                 content_type=content_type if replace else None,
             )
-            self.invalidate(bucket, key)
-            return await self.resolve(bucket, key) if info is None else await self._load(dst, info)
+            self.core.invalidate(bucket, key)
+            return await self.reads.resolve(bucket, key) if info is None else await self.reads.load(dst, info)
         manifest, ctx = src.manifest, src.ctx
         if replace:
             manifest = manifest.replace(
                 content_type=content_type, metadata=dict(metadata), headers=dict(headers)
             )
-        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        tail = await self.core.cpu("store", encode_tail, manifest, ctx)
         pieces = (
             [ByteRange(src.loc, 0, manifest.data_size - 1, src.backend_etag)] if manifest.data_size else []
         )
@@ -364,9 +331,9 @@ class WriteOps(ReadOps):
             manifest.backend_metadata(len(tail)),
             manifest.content_type,
         )
-        self.invalidate(bucket, key)
+        self.core.invalidate(bucket, key)
         stored = StoredObject.written(dst, info, manifest, ctx, manifest.backend_metadata(len(tail)))
-        return self.cataloged(bucket, key, info, stored)
+        return self.core.cataloged(bucket, key, info, stored)
 
     async def assemble(
         self,
@@ -439,20 +406,22 @@ class WriteOps(ReadOps):
     async def rewrap(self, bucket: str, key: str) -> bool:
         """Wrap the object's data key with the active KEK, rewriting only its tail (server-side copy of the
         data where the backend's part rules allow). Returns False when there was nothing to do."""
-        if self.keyring is None:
+        if self.core.keyring is None:
             raise errors.InvalidRequest("rewrap needs a key ring")
-        obj = await self.resolve(bucket, key)
+        obj = await self.reads.resolve(bucket, key)
         if obj.manifest is None or obj.ctx is None or not obj.manifest.encrypted:
             return False
-        if obj.manifest.kek_id == self.keyring.active_id:
+        if obj.manifest.kek_id == self.core.keyring.active_id:
             return False
-        manifest, ctx = await self._cpu("store", rewrap_manifest, obj.manifest, obj.ctx, self.keyring)
-        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        manifest, ctx = await self.core.cpu(
+            "store", rewrap_manifest, obj.manifest, obj.ctx, self.core.keyring
+        )
+        tail = await self.core.cpu("store", encode_tail, manifest, ctx)
         pieces = (
             [ByteRange(obj.loc, 0, manifest.data_size - 1, obj.backend_etag)] if manifest.data_size else []
         )
         meta = manifest.backend_metadata(len(tail))
         info = await self.assemble(obj.loc, pieces, tail, meta, manifest.content_type)
-        self.invalidate(bucket, key)
-        self.cataloged(bucket, key, info, StoredObject.written(obj.loc, info, manifest, ctx, meta))
+        self.core.invalidate(bucket, key)
+        self.core.cataloged(bucket, key, info, StoredObject.written(obj.loc, info, manifest, ctx, meta))
         return True

@@ -4,7 +4,7 @@ Two ways to reach the objects (see `StoreOptions`):
 
 * through a tsproxy endpoint: objects come back as their original bytes and a ranged GET maps onto the
   chunks it touches, so this is plain S3;
-* straight from the backend with a key ring, so a large cluster does not funnel through one proxy: an
+* directly from the backend with a key ring, so a large cluster does not funnel through one proxy: an
   object that ends in a tsproxy trailer is decoded here with tsproxy.format (its tail first, then only
   the chunks a range needs), any other object is passed through as it is.
 
@@ -180,7 +180,7 @@ class Bucket:
         )
         return data, size
 
-    # -- tsproxy objects, read straight from the backend -------------------------------------------------
+    # -- tsproxy objects, read directly from the backend -------------------------------------------------
 
     def _open(self, key: str, stored_size: int | None) -> _Opened:
         cache_key = (self.options, key)

@@ -41,7 +41,7 @@ def add_export_arguments(p: argparse.ArgumentParser, *, with_master: bool = True
     src.add_argument("--access-key", help="access key (default: the standard AWS credential chain)")
     src.add_argument("--secret-key", help="secret key (with --access-key)")
     src.add_argument(
-        "--key-ring", help="read straight from the backend and decode tsproxy objects with this ring"
+        "--key-ring", help="read directly from the backend and decode tsproxy objects with this ring"
     )
     src.add_argument(
         "--skip-corrupt", action="store_true", help="skip corrupt record batches instead of failing"

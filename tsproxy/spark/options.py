@@ -80,7 +80,7 @@ class StoreOptions:
     region: str = defaults.REGION
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
-    key_ring: str | None = None  # path: read straight from the backend and decode tsproxy objects locally
+    key_ring: str | None = None  # path: read directly from the backend and decode tsproxy objects locally
     path_style: bool = defaults.BACKEND_PATH_STYLE
 
     @property

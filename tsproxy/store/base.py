@@ -28,12 +28,14 @@ __all__ = [  # the S3 limits are re-exported: the backends and their callers tak
     "Body",
     "BodyMD5",
     "BucketCapable",
+    "LeavesLeftovers",
     "ListPage",
     "MultipartCapable",
     "ObjectInfo",
     "ObjectReader",
     "UploadInfo",
     "Uploads",
+    "VersionRanges",
     "buckets_of",
     "check_key",
     "check_part_list",
@@ -277,6 +279,16 @@ class BucketCapable(Protocol):
     async def head_bucket(self, bucket: str) -> None: ...
 
 
+@runtime_checkable
+class LeavesLeftovers(Protocol):
+    """A backend that leaves files of its own behind when its process is killed (the embedded one, its
+    files being written), and removes them on request: the janitor asks, never looking at them itself."""
+
+    async def remove_leftovers(self, older_than: float) -> int:
+        """Remove what was last written before `older_than` (epoch seconds); how many went."""
+        ...
+
+
 def multipart_of(backend: Backend) -> MultipartCapable:
     """The backend as a multipart backend; NotImplemented (501) when it has no multipart uploads."""
     if isinstance(backend, MultipartCapable):
@@ -415,6 +427,25 @@ async def aclose(iterator: AsyncIterator[Any]) -> None:
     close = getattr(iterator, "aclose", None)
     if close is not None:
         await close()
+
+
+class VersionRanges:
+    """Byte ranges of one version of a stored object: each a GET pinned to the version's ETag
+    (PreconditionFailed once the object is replaced), streamed as its bytes arrive. Called with a range
+    (`start`, `end` exclusive), as the read engine fetches stored chunks."""
+
+    __slots__ = ("backend", "bucket", "etag", "key")
+
+    def __init__(self, backend: Backend, bucket: str, key: str, etag: str) -> None:
+        self.backend, self.bucket, self.key, self.etag = backend, bucket, key, etag
+
+    async def __call__(self, start: int, end: int) -> AsyncIterator[bytes]:
+        reader = await self.backend.get(self.bucket, self.key, start, end - 1, if_match=self.etag)
+        try:
+            async for piece in reader:
+                yield piece
+        finally:
+            await reader.close()
 
 
 async def list_everything(backend: Backend, bucket: str, prefix: str) -> list[ObjectInfo]:

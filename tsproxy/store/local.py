@@ -18,6 +18,7 @@ clean-up of a concurrent delete.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import errno
 import functools
@@ -29,6 +30,8 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+from urllib.parse import unquote
 
 from tsproxy import errors
 from tsproxy.store import listing, localnames
@@ -45,6 +48,7 @@ from tsproxy.store.localfile import MAGIC, TMP_PREFIX, Spool, copy_range, info_o
 from tsproxy.store.localmultipart import LocalMultipart
 from tsproxy.store.localtree import Run
 from tsproxy.store.observe import BackendCall
+from tsproxy.store.registry import BackendKind, register
 
 __all__ = ["MAGIC", "LocalBackend", "LocalReader"]
 
@@ -133,6 +137,11 @@ class LocalBackend(LocalMultipart):
 
     async def close(self) -> None:
         return None
+
+    async def remove_leftovers(self, older_than: float) -> int:
+        """Remove the files and directories a killed process left being written or removed (see
+        `LOCAL_TEMPORARY`) that were last written before `older_than`."""
+        return await asyncio.to_thread(_remove_temporary, self.root, older_than)  # OSError as it is
 
     async def ping(self) -> None:
         def check() -> None:
@@ -452,3 +461,43 @@ class LocalBackend(LocalMultipart):
 
         async with self._call("CopyObject"):
             return await self._run(copy, key=dst_key)
+
+
+# Files being written, buckets being removed: what a killed process leaves in the directory.
+LOCAL_TEMPORARY = (TMP_PREFIX, ".deleting-")
+
+
+def _remove_temporary(root: Path, cutoff: float) -> int:
+    """Remove the temporary files and directories under `root` last written before `cutoff`."""
+    removed = 0
+    for directory, dirs, files in os.walk(root):
+        for name in [d for d in dirs if d.startswith(LOCAL_TEMPORARY)]:
+            path = Path(directory, name)
+            if not path.is_symlink() and path.stat().st_mtime < cutoff:
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+            dirs.remove(name)
+        for name in files:
+            if not name.startswith(LOCAL_TEMPORARY):
+                continue
+            path = Path(directory, name)
+            try:
+                if path.lstat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue  # renamed into place or removed meanwhile
+    return removed
+
+
+def _open(url: str, **options: Any) -> LocalBackend:
+    """`file:///abs/path` (or `file://./relative`, `file://localhost/abs/path`)."""
+    rest = url[len("file://") :] if url[:7].lower() == "file://" else url[len("file:") :]
+    if rest.startswith("localhost/"):
+        rest = rest[len("localhost") :]
+    if not rest:
+        raise ValueError(f"{url!r} names no directory")
+    return LocalBackend(Path(unquote(rest)), **options)
+
+
+KIND = register(BackendKind("local", ("file:",), "file:///path", _open, embedded=True))

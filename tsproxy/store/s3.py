@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from tsproxy import errors
 from tsproxy.store import s3errors
@@ -35,6 +36,7 @@ from tsproxy.store.base import (
     unquote_etag,
 )
 from tsproxy.store.observe import BackendCall
+from tsproxy.store.registry import BackendKind, register
 from tsproxy.store.s3body import Regrouper, S3Reader, content_range, read_ahead, slices
 from tsproxy.store.s3client import info_of, quote_etag, utc
 from tsproxy.store.s3multipart import S3Multipart
@@ -362,3 +364,51 @@ class S3Backend(S3Multipart):
             metadata=meta,
             content_type=ctype,
         )
+
+
+def _open(url: str, **options: Any) -> S3Backend:
+    """`http(s)://host[:port]`: the endpoint of an S3-compatible store."""
+    parts = urlsplit(url)
+    if not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{url!r} is not an endpoint (expected http(s)://host[:port])")
+    return S3Backend(f"{parts.scheme.lower()}://{parts.netloc}", **options)
+
+
+def _check_endpoint(url: str) -> str | None:
+    """An S3 endpoint is scheme://host[:port]; a path there usually is a bucket put in the wrong place."""
+    rest = url.split("://", 1)[1]
+    host, _, path = rest.partition("/")
+    if not host:
+        return f"{url!r} names no host"
+    path = path.strip("/")
+    if path:
+        first = path.split("/", 1)[0]
+        return (
+            f"{url!r} has a path ('/{path}'); the backend URL is scheme://host:port only. To keep every "
+            f"client bucket in one backend bucket, set backend_bucket = {first!r} "
+            f"(--backend-bucket {first})"
+        )
+    if "?" in rest or "#" in rest:
+        return f"{url!r} has a query or fragment; the backend URL is scheme://host:port only"
+    return None
+
+
+KIND = register(
+    BackendKind(
+        "s3",
+        ("http://", "https://"),
+        "http(s)://host:port",
+        _open,
+        options=(
+            "region",
+            "path_style",
+            "part_size",
+            "access_key",
+            "secret_key",
+            "max_attempts",
+            "connect_timeout",
+            "read_timeout",
+        ),
+        check=_check_endpoint,
+    )
+)

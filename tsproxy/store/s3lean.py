@@ -2,10 +2,10 @@
 on aiohttp directly.
 
 A cold read is a chain of ranged GETs (the object's tail, then its chunks) that a reader waits on one
-after another, so each one's latency counts. botocore spends about 1-2 ms of CPU on every GetObject
-(parameter validation, a dozen event hooks, the signer's canonicalisation, the response parser) before
-and after the bytes move: a 1 MiB ranged GET from a SeaweedFS on the same host measured 3.8-4.2 ms
-through botocore and 3.1-3.4 ms here. A ranged GET of an object is the simplest request S3 has, so it
+after another, so each one's latency counts. botocore spends CPU on every GetObject (parameter
+validation, a dozen event hooks, the signer's canonicalisation, the response parser) before and after the
+bytes move, a good part of a ranged GET's latency on the same host (README, "Figures behind the code's
+constants"). A ranged GET of an object is the simplest request S3 has, so it
 is built here:
 
 - the URL is the botocore client's own endpoint (`meta.endpoint_url`), path style or virtual-host

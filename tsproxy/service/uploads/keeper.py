@@ -2,7 +2,7 @@
 held while the upload is busy, written once it goes quiet.
 
 A part that goes straight into its upload's backend upload, or a small one held for the tail, is answered
-before its `.info` record is written (service.pending holds it). The records of an upload, and its state
+before its `.info` record is written (uploads.pending holds it). The records of an upload, and its state
 object when its id carries a ticket, are written when no part has arrived or been in flight for
 `upload_record_delay` seconds, when the instance stops gracefully, or at once with `upload_records =
 "eager"` (and past the memory bound). The instance that took every part completes the upload without
@@ -29,18 +29,12 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 from tsproxy import errors
-from tsproxy.service import tickets
-from tsproxy.service.completion import CompletionOps
-from tsproxy.service.core import bounded_gather, encode_meta_value
-from tsproxy.service.pending import PendingUpload
-from tsproxy.service.records import (
-    PartRecord,
-    UploadState,
-    backend_upload_of,
-    ticket_of,
-    upload_name,
-    valid_upload_id,
-)
+from tsproxy.service.core import BytesLru, ServiceCore, TtlCache, bounded_gather, encode_meta_value
+from tsproxy.service.uploads import tickets
+from tsproxy.service.uploads.ids import backend_upload_of, ticket_of, upload_name, valid_upload_id
+from tsproxy.service.uploads.layout import is_record
+from tsproxy.service.uploads.pending import PendingUpload, PendingUploads
+from tsproxy.service.uploads.records import PartRecord, UploadState
 from tsproxy.store.base import ObjectInfo, list_everything, multipart_of
 
 log = logging.getLogger("tsproxy.service")
@@ -56,12 +50,49 @@ RECORD_WAIT_MARGIN = 1.5
 FLUSH_CONCURRENCY = 8  # uploads written at once
 FLUSH_RETRY_AFTER = 5.0  # seconds at least before a write the store refused is tried again
 WRITE_CONCURRENCY = 16  # records of one upload written at once
+# Part records (and the small parts kept in them) an instance holds unwritten, at most: past it, a part's
+# record is written before its UploadPart is answered, as with upload_records = "eager".
+PENDING_BYTES = 64 << 20
+# Stored bytes of small multipart parts held in memory for the completion of their upload (see
+# RecordKeeper.inline_parts): three or more, as each is below the backend's minimum part size.
+INLINE_PARTS_BYTES = 16 << 20
 
 
-class RecordOps(CompletionOps):
-    """Where an upload's part records are: held here, written when quiet, read back with a wait."""
+class RecordKeeper:
+    """Where an upload's state and part records are: held here, written when quiet, read back with a wait."""
 
-    _flusher: asyncio.Task[None] | None = None
+    def __init__(self, core: ServiceCore, upload_records: str, upload_record_delay: float) -> None:
+        self.core = core
+        self.backend = core.backend
+        self.ns = core.ns
+        self.layout = core.layout
+        # (client bucket, upload id as the client spells it) -> its state, once read or its ticket checked.
+        self.states: TtlCache[tuple[str, str], UploadState] = TtlCache(1024, 0)
+        # (backend bucket, key of a part record) -> (its backend ETag, the record): the records this
+        # instance wrote need no GET at completion while the listing shows them unchanged.
+        self.part_records: TtlCache[tuple[str, str], tuple[str, PartRecord]] = TtlCache(16_384, 0)
+        # The stored bytes of the newest small parts kept in those records (each below the backend's
+        # minimum part size), until their upload ends: a completion by this instance needs not read
+        # them back. Bounded in bytes: an upload of compressible parts makes one (below the backend's
+        # minimum part size) a part, and held after their upload ended they weighed on the peak RSS.
+        self.inline_parts: BytesLru[tuple[str, str]] = BytesLru(8, INLINE_PARTS_BYTES)
+        # Part records acknowledged and not yet written: "deferred" holds them until an upload is quiet
+        # for upload_record_delay seconds, "eager" writes each at once.
+        self.upload_records = upload_records
+        self.upload_record_delay = upload_record_delay
+        self.pending = PendingUploads(PENDING_BYTES)
+        self._flusher: asyncio.Task[None] | None = None
+
+    def forget(self, bucket: str, name: str) -> None:
+        """Drop what this instance remembers of the upload stored as `name` (or of that upload id): it
+        completed, was aborted, or the janitor removed it."""
+        name = upload_name(name)
+        self.states.pop_where(lambda k: k[0] == bucket and upload_name(k[1]) == name)
+        where = self.layout.upload(bucket, name)
+        self.inline_parts.pop_where(lambda k: k[0] == where.bucket and k[1].startswith(where.key))
+        entry = self.pending.get(bucket, name)
+        if entry is not None:
+            self.pending.close(entry)
 
     @property
     def defers_records(self) -> bool:
@@ -99,7 +130,7 @@ class RecordOps(CompletionOps):
         try:
             async with entry.lock:
                 if not entry.closed:
-                    await self._write_held(entry)
+                    await self.write_held(entry)
         except Exception as e:  # the store is down or refusing: held, and tried again later
             entry.retry_after = time.monotonic() + max(self.upload_record_delay, FLUSH_RETRY_AFTER)
             fields = {
@@ -110,47 +141,46 @@ class RecordOps(CompletionOps):
             }
             log.warning("multipart part records not written yet", extra={"fields": fields})
 
-    async def _write_held(self, entry: PendingUpload) -> None:
+    async def write_held(self, entry: PendingUpload) -> None:
         """Write the upload's state (unless stored already) and its held records, but none that a newer
         record or backend part replaced. The caller holds `entry.lock`."""
         bucket, state = entry.bucket, entry.state
         held = [entry.parts[no] for no in sorted(entry.unwritten)]
         if not held and entry.state_written:
             return
-        prefix = self._upload_loc(bucket, state.upload_id)
+        prefix = self.layout.upload(bucket, state.upload_id)
         listed = {o.key: o for o in await list_everything(self.backend, prefix.bucket, prefix.key)}
         backend_parts: dict[int, set[str]] | None = None
         if state.backend_upload is not None:
             try:
-                backend_parts = await self._backend_parts(bucket, state)
+                backend_parts = await self.backend_parts(bucket, state)
             except errors.NoSuchUpload:
                 self.pending.close(entry)  # completed or aborted through another instance
                 return
         if not entry.state_written:
-            loc = self._upload_loc(bucket, state.upload_id, "state")
+            loc = self.layout.state(bucket, state.upload_id)
             if loc.key not in listed:
-                await self._put_state(bucket, state)
-            entry.state_written = True
-            entry.written.add(loc.key)
+                await self.put_state(bucket, state)
+            self.pending.state_stored(entry, loc.key)
 
         async def write(record: PartRecord) -> None:
             if backend_parts is not None and not _held_by(record, backend_parts):
                 self.pending.superseded(entry, record)
                 return
-            loc = self._upload_loc(bucket, state.upload_id, f"{record.part_no:05d}.info")
+            loc = self.layout.record(bucket, state.upload_id, record.part_no)
             seen = listed.get(loc.key)
-            mine = self._part_records.get((loc.bucket, loc.key))
+            mine = self.part_records.get((loc.bucket, loc.key))
             if seen is not None and (mine is None or mine[0] != seen.etag):
                 # Another instance wrote this part number: the part received last is the part.
-                stored = await self._load_record(loc.bucket, seen)
+                stored = await self.load_record(loc.bucket, seen)
                 if stored.newness > record.newness:
                     self.pending.superseded(entry, record)
                     return
-            await self._put_record(bucket, entry, state, record)
+            await self.put_record(bucket, entry, state, record)
 
         await bounded_gather(WRITE_CONCURRENCY, held, write)
 
-    async def _write_now(
+    async def write_now(
         self, bucket: str, entry: PendingUpload | None, state: UploadState, record: PartRecord
     ) -> PartRecord:
         """Write a record before its part is answered (eager records, the bound reached, parts kept as
@@ -158,29 +188,28 @@ class RecordOps(CompletionOps):
         if entry is not None and not entry.state_written:
             async with entry.lock:
                 if not entry.state_written:
-                    await self._put_state(bucket, state)
-                    entry.state_written = True
-                    entry.written.add(self._upload_loc(bucket, state.upload_id, "state").key)
-        return await self._put_record(bucket, entry, state, record)
+                    await self.put_state(bucket, state)
+                    self.pending.state_stored(entry, self.layout.state(bucket, state.upload_id).key)
+        return await self.put_record(bucket, entry, state, record)
 
-    async def _put_state(self, bucket: str, state: UploadState) -> None:
-        loc = self._upload_loc(bucket, state.upload_id, "state")
+    async def put_state(self, bucket: str, state: UploadState) -> None:
+        loc = self.layout.state(bucket, state.upload_id)
         meta = {"tsproxy-key": encode_meta_value(state.key)}
         await self.backend.put(loc.bucket, loc.key, state.to_bytes(), metadata=meta)
 
-    async def _put_record(
+    async def put_record(
         self, bucket: str, entry: PendingUpload | None, state: UploadState, record: PartRecord
     ) -> PartRecord:
-        loc = self._upload_loc(bucket, state.upload_id, f"{record.part_no:05d}.info")
+        loc = self.layout.record(bucket, state.upload_id, record.part_no)
         written = await self.backend.put(loc.bucket, loc.key, record.to_bytes())
-        self._part_records.put((loc.bucket, loc.key), (written.etag, record_alone(record, written.etag)))
+        self.part_records.put((loc.bucket, loc.key), (written.etag, record_alone(record, written.etag)))
         if record.inline is not None:
-            self._inline_parts.put((loc.bucket, loc.key), record.inline)
+            self.inline_parts.put((loc.bucket, loc.key), record.inline)
         if entry is not None:
             self.pending.wrote(entry, record, loc.key, written.etag)
         return dataclasses.replace(record, record_etag=written.etag)
 
-    async def _backend_parts(self, bucket: str, state: UploadState) -> dict[int, set[str]]:
+    async def backend_parts(self, bucket: str, state: UploadState) -> dict[int, set[str]]:
         """The ETags of the parts the upload's backend upload holds, by part number (NoSuchUpload once
         it is completed or aborted)."""
         assert state.backend_upload is not None
@@ -194,8 +223,8 @@ class RecordOps(CompletionOps):
 
     # -- an upload's state: its state object, or its id's ticket ---------------------------------
 
-    async def _upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
-        state = self._uploads.get((bucket, upload_id))
+    async def upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
+        state = self.states.get((bucket, upload_id))
         if state is None:
             if not valid_upload_id(upload_id):
                 raise errors.NoSuchUpload(UploadId=upload_id)
@@ -203,13 +232,13 @@ class RecordOps(CompletionOps):
             if ticket is not None:
                 state = await self._ticket_state(bucket, key, upload_id, ticket)
             else:
-                loc = self._upload_loc(bucket, upload_id, "state")
+                loc = self.layout.state(bucket, upload_id)
                 try:
                     _, data = await self.backend.get_bytes(loc.bucket, loc.key)
                 except errors.NoSuchKey:
                     raise errors.NoSuchUpload(UploadId=upload_id) from None
                 state = UploadState.from_bytes(data)
-            self._uploads.put((bucket, upload_id), state)
+            self.states.put((bucket, upload_id), state)
         if key is not None and state.key != key:
             raise errors.NoSuchUpload(UploadId=upload_id)
         return state
@@ -221,15 +250,15 @@ class RecordOps(CompletionOps):
         if key is None or backend_upload is None:
             raise errors.NoSuchUpload(UploadId=upload_id)
         try:
-            opened, _ = await self._cpu(
+            opened, _ = await self.core.cpu(
                 "store",
                 lambda: tickets.open_ticket(
                     ticket,
                     bucket,
                     key,
                     upload_name(upload_id),
-                    self.keyring,
-                    require_encryption=self.settings.encryption,
+                    self.core.keyring,
+                    require_encryption=self.core.settings.encryption,
                 ),
             )
         except tickets.TicketRefused as e:
@@ -249,14 +278,14 @@ class RecordOps(CompletionOps):
 
     # -- reading an upload's records -------------------------------------------------------------
 
-    async def _load_record(self, backend_bucket: str, o: ObjectInfo) -> PartRecord:
+    async def load_record(self, backend_bucket: str, o: ObjectInfo) -> PartRecord:
         """A stored record by its listing: from memory when this instance wrote it and it is unchanged,
         else its head only (a part kept inside it is read by range when needed, so a completion of many
         small parts does not hold them all at once)."""
         where = (backend_bucket, o.key)
-        known = self._part_records.get(where)
+        known = self.part_records.get(where)
         if known is not None and known[0] == o.etag:
-            inline = self._inline_parts.get(where) if known[1].kept_inline else None
+            inline = self.inline_parts.get(where) if known[1].kept_inline else None
             return dataclasses.replace(known[1], last_modified=o.last_modified, inline=inline)
         record: PartRecord | None = None
         try:
@@ -272,7 +301,7 @@ class RecordOps(CompletionOps):
             record = dataclasses.replace(whole, inline=None)
         return record
 
-    async def _gather(
+    async def gather(
         self, bucket: str, key: str, upload_id: str, named: Sequence[tuple[int, str]] | None
     ) -> tuple[UploadState, list[PartRecord], list[str]]:
         """The upload's state, the current record of each part number (stored, or held here) and every
@@ -282,16 +311,16 @@ class RecordOps(CompletionOps):
         another instance may still hold it: the upload is listed again, with a short backoff, for up to
         `upload_record_delay` plus RECORD_WAIT_MARGIN seconds before the caller gets what there is.
         """
-        state = await self._upload_state(bucket, key, upload_id)
+        state = await self.upload_state(bucket, key, upload_id)
         entry = self.pending.get(bucket, upload_name(upload_id))
         deadline = time.monotonic() + self.upload_record_delay + RECORD_WAIT_MARGIN
         pause = 0.05
-        prefix = self._upload_loc(bucket, upload_id)
+        prefix = self.layout.upload(bucket, upload_id)
         while True:
             listed = await list_everything(self.backend, prefix.bucket, prefix.key)
-            infos = [o for o in listed if o.key.endswith(".info")]
-            stored = await bounded_gather(16, infos, lambda o: self._load_record(prefix.bucket, o))
-            backend_parts = await self._backend_parts(bucket, state) if state.backend_upload else None
+            infos = [o for o in listed if is_record(o.key)]
+            stored = await bounded_gather(16, infos, lambda o: self.load_record(prefix.bucket, o))
+            backend_parts = await self.backend_parts(bucket, state) if state.backend_upload else None
             own = entry.parts.values() if entry is not None and not entry.closed else ()
             records = current_records([*stored, *own], backend_parts)
             done = not self.defers_records or not lacking(records, named, backend_parts)

@@ -1,15 +1,15 @@
 """Multipart uploads: each client part a segment of its own.
 
-A part whose stored form is at least the backend's minimum part size goes straight into a backend
-multipart upload at the object's own key, begun with the client's upload, as the backend part of the
-same number; at completion only the tail is uploaded (with a small last part, as a part after the last
-one named) and the backend upload completed, so the backend receives every stored byte once. A smaller
-part (the last one, or one that compression shrank) is kept inside its part record, and an oversized
-one as an object of its own, until completion, which re-uploads or copies them into place.
+A part whose stored form is at least the backend's minimum part size goes *straight* (see the package)
+into a backend multipart upload at the object's own key, begun with the client's upload, as the backend
+part of the same number; at completion only the tail is uploaded (with a small last part, as a part
+after the last one named) and the backend upload completed, so the backend receives every stored byte
+once. A smaller part (the last one, or one that compression shrank) is kept inside its part record, and
+an oversized one as an object of its own, until completion, which re-uploads or copies them into place.
 
 An upload without metadata of its own carries what CreateMultipartUpload decided in its id (a ticket,
-service.tickets), so it needs no state object to take parts anywhere; and the records of parts sent
-straight or held for the tail are written late (service.deferred). The instance that took every part
+uploads.tickets), so it needs no state object to take parts anywhere; and the records of parts
+sent straight or held for the tail are written late (uploads.keeper). The instance that took every part
 completes the upload with CreateMultipartUpload, one UploadPart per part and CompleteMultipartUpload,
 writing and reading nothing else. docs/FORMAT.md describes the objects an upload keeps in the reserved
 namespace.
@@ -18,15 +18,13 @@ namespace.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from tsproxy import errors
+from tsproxy import defaults, errors
 from tsproxy.format import (
     ObjectContext,
     SegmentEncoder,
@@ -35,22 +33,20 @@ from tsproxy.format import (
     encode_tail,
 )
 from tsproxy.s3.limits import MAX_LIST_KEYS, MAX_PARTS, MIN_PART_SIZE, check_part_number
-from tsproxy.service import tickets
-from tsproxy.service.completion import META_UPLOAD, straight_metadata
 from tsproxy.service.core import (
+    ServiceCore,
     bounded_gather,
     buffer_head,
     chain,
     quietly,
 )
-from tsproxy.service.deferred import RecordOps, holding
 from tsproxy.service.namespace import Location
-from tsproxy.service.pending import PendingUpload
-from tsproxy.service.records import (
+from tsproxy.service.reads import Reads
+from tsproxy.service.records import StoredObject
+from tsproxy.service.uploads import tickets
+from tsproxy.service.uploads.completion import META_UPLOAD, Completion, straight_metadata
+from tsproxy.service.uploads.ids import (
     MAX_UPLOAD_ID,
-    PartRecord,
-    StoredObject,
-    UploadState,
     backend_upload_of,
     straight_upload_id,
     ticket_of,
@@ -58,51 +54,58 @@ from tsproxy.service.records import (
     upload_token,
     valid_upload_id,
 )
+from tsproxy.service.uploads.keeper import RecordKeeper, holding
+from tsproxy.service.uploads.pending import PendingUpload
+from tsproxy.service.uploads.records import COMPLETED_UPLOAD_TTL, CompletedUpload, PartRecord, UploadState
+from tsproxy.service.writes import Writes
 from tsproxy.store.base import MultipartCapable, multipart_etag, multipart_of
 
 log = logging.getLogger("tsproxy.service")
 
-# How long a completed upload answers a repeated CompleteMultipartUpload as the first one was answered
-# (SDKs repeat a Complete whose answer they did not get), and how often each instance deletes the
-# records older than that.
-COMPLETED_UPLOAD_TTL = timedelta(hours=1)
+# How often each instance deletes the completed-upload records past their lifetime.
 COMPLETED_SWEEP_INTERVAL = 600.0
 
 
-@dataclass(frozen=True)
-class CompletedUpload:
-    """What a CompleteMultipartUpload answered, kept for COMPLETED_UPLOAD_TTL to answer a retry alike."""
+class Uploads:
+    """Create, fill, list, complete and abort multipart uploads: the uploads part of the service, which
+    holds the upload's records (`keeper`) and its completion in place (`completion`)."""
 
-    key: str
-    etag: str
-    parts: tuple[tuple[int, str], ...]  # the request's (part number, ETag) list
-    completed: datetime
+    def __init__(
+        self,
+        core: ServiceCore,
+        reads: Reads,
+        writes: Writes,
+        *,
+        upload_records: str = defaults.UPLOAD_RECORDS,
+        upload_record_delay: float = defaults.UPLOAD_RECORD_DELAY,
+    ) -> None:
+        self.core = core
+        self.reads = reads
+        self.writes = writes
+        self.backend = core.backend
+        self.ns = core.ns
+        self.layout = core.layout
+        self.part_size = core.part_size
+        self.keeper = RecordKeeper(core, upload_records, upload_record_delay)
+        self.completion = Completion(core, reads, writes)
+        self.pending = self.keeper.pending
+        self._completed_swept: dict[str, float] = {}  # client bucket -> when its records were last swept
 
-    def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "key": self.key,
-                "etag": self.etag,
-                "parts": [list(p) for p in self.parts],
-                "completed": self.completed.isoformat(),
-            }
-        ).encode()
+    def start(self) -> None:
+        """Start writing the records of quiet uploads in the background (with the server)."""
+        self.keeper.start()
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> CompletedUpload:
-        f = json.loads(data)
-        parts = tuple((int(no), str(etag)) for no, etag in f["parts"])
-        return cls(f["key"], f["etag"], parts, datetime.fromisoformat(f["completed"]))
+    async def close(self) -> int:
+        """Write every record held (a graceful stop); how many the store refused."""
+        return await self.keeper.close()
 
-    def answers(self, key: str, parts: Sequence[tuple[int, str]], now: datetime) -> bool:
-        """Whether a Complete of `key` with `parts` repeats this one, within its lifetime."""
-        return key == self.key and tuple(parts) == self.parts and now - self.completed < COMPLETED_UPLOAD_TTL
+    def forget_upload(self, bucket: str, name: str) -> None:
+        """Drop what this instance remembers of the upload stored as `name` (or of that upload id)."""
+        self.keeper.forget(bucket, name)
 
-
-class UploadOps(RecordOps):
-    """Create, fill, list, complete and abort multipart uploads."""
-
-    # -- multipart uploads -----------------------------------------------------------------------
+    async def upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
+        """The upload's state (NoSuchUpload when there is no such upload at the key)."""
+        return await self.keeper.upload_state(bucket, key, upload_id)
 
     async def create_upload(
         self,
@@ -115,8 +118,8 @@ class UploadOps(RecordOps):
     ) -> str:
         straight = isinstance(self.backend, MultipartCapable)
         if self.ns.mapped or not straight:
-            await self.head_bucket(bucket)  # else the backend upload's creation says NoSuchBucket
-        ctx = await self._cpu("store", ObjectContext.new, self.settings, self.keyring)
+            await self.core.head_bucket(bucket)  # else the backend upload's creation says NoSuchBucket
+        ctx = await self.core.cpu("store", ObjectContext.new, self.core.settings, self.core.keyring)
         token = secrets.token_urlsafe(24)
         upload_id, backend_upload = token, None
         now = datetime.now(UTC)
@@ -127,13 +130,13 @@ class UploadOps(RecordOps):
             backend_upload = await multipart_of(self.backend).create_multipart(
                 dst.bucket,
                 dst.key,
-                metadata=straight_metadata(token, self.settings.format_version),
+                metadata=straight_metadata(token, self.core.settings.format_version),
                 content_type=content_type,
             )
             upload_id = straight_upload_id(token, backend_upload)
             if tickets.ticketable(content_type, metadata, headers):
-                ticket = tickets.UploadTicket(ctx.to_state(), self.settings, content_type, initiated)
-                sealed = await self._cpu("store", tickets.seal, ticket, ctx, bucket, key, upload_id)
+                ticket = tickets.UploadTicket(ctx.to_state(), self.core.settings, content_type, initiated)
+                sealed = await self.core.cpu("store", tickets.seal, ticket, ctx, bucket, key, upload_id)
                 with_ticket = straight_upload_id(token, backend_upload, sealed)
                 if len(with_ticket) <= MAX_UPLOAD_ID:  # else (a large wrapped DEK) a state object
                     upload_id = with_ticket
@@ -141,7 +144,7 @@ class UploadOps(RecordOps):
             upload_id,
             key,
             ctx.to_state(),
-            self.settings,
+            self.core.settings,
             content_type,
             dict(metadata),
             dict(headers),
@@ -150,25 +153,25 @@ class UploadOps(RecordOps):
         )
         # A ticket stands for the state object, which is written when the upload goes quiet (listings of
         # other instances show the upload from then on), or now with eager records.
-        write_state = ticket_of(upload_id) is None or not self.defers_records
+        write_state = ticket_of(upload_id) is None or not self.keeper.defers_records
         if write_state:
             try:
-                await self._put_state(bucket, state)
+                await self.keeper.put_state(bucket, state)
             except BaseException:
                 await quietly(self._abort_backend_upload(bucket, state))
                 raise
-        self._uploads.put((bucket, upload_id), state)
+        self.keeper.states.put((bucket, upload_id), state)
         if backend_upload is not None:
             self._entry(bucket, state, state_stored=write_state)
         return upload_id
 
     def _entry(self, bucket: str, state: UploadState, *, state_stored: bool) -> PendingUpload:
-        """This instance's entry of a straight upload (service.pending), made when first met."""
+        """This instance's entry of a straight upload (uploads.pending), made when first met."""
         entry = self.pending.get(bucket, upload_name(state.upload_id))
         if entry is None or entry.closed:
             entry = self.pending.open(bucket, state, state_written=state_stored)
             if state_stored:
-                entry.written.add(self._upload_loc(bucket, state.upload_id, "state").key)
+                entry.written.add(self.layout.state(bucket, state.upload_id).key)
         return entry
 
     async def upload_part(
@@ -191,7 +194,7 @@ class UploadOps(RecordOps):
         (BadDigest, and nothing kept, when they differ).
         """
         check_part_number(part_no)
-        state = await self._upload_state(bucket, key, upload_id)
+        state = await self.keeper.upload_state(bucket, key, upload_id)
         if state.backend_upload is None:
             return await self._take_part(bucket, key, state, None, part_no, payload, content_md5, size_hint)
         entry = self._entry(bucket, state, state_stored=ticket_of(state.upload_id) is None)
@@ -214,14 +217,14 @@ class UploadOps(RecordOps):
         content_md5: bytes | None,
         size_hint: int | None = None,
     ) -> PartRecord:
-        ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
-        # A resent part goes to a fresh data object; the .info written after it switches over atomically.
-        data_loc = self._upload_loc(bucket, state.upload_id, f"{part_no:05d}-{secrets.token_hex(8)}")
+        ctx = await self.core.cpu("store", ObjectContext.from_state, state.ctx_state, self.core.keyring)
+        # A resent part goes to a fresh data object; the record written after it switches over atomically.
+        data_loc = self.layout.part_data(bucket, state.upload_id, part_no)
         result: dict[str, SegmentInfo] = {}
         encoders: list[SegmentEncoder] = []
 
         async def stored() -> AsyncGenerator[bytes, None]:
-            async for item in self._encode(
+            async for item in self.writes.encode(
                 ctx,
                 state.settings,
                 part_no,
@@ -309,7 +312,7 @@ class UploadOps(RecordOps):
         data_loc: Location | None,
     ) -> PartRecord:
         """Hold a part's record until the upload goes quiet, or write it now."""
-        if entry is not None and not record.data_key and self.defers_records:
+        if entry is not None and not record.data_key and self.keeper.defers_records:
             if record.inline is not None:
                 # One part kept in its record (its stored form below the backend's minimum part size) is
                 # held per upload: the newest, most likely the last; an older one is a middle part that
@@ -318,22 +321,19 @@ class UploadOps(RecordOps):
                 for no in sorted(entry.unwritten):
                     older = entry.parts.get(no)
                     if no != record.part_no and older is not None and older.inline is not None:
-                        await self._write_now(bucket, entry, state, older)
+                        await self.keeper.write_now(bucket, entry, state, older)
             if self.pending.hold(entry, record):
                 return record  # its record is written when the upload goes quiet
         try:
-            return await self._write_now(bucket, entry, state, record)
+            return await self.keeper.write_now(bucket, entry, state, record)
         except BaseException:
             if record.data_key and data_loc is not None:
                 await quietly(self.backend.delete(data_loc.bucket, data_loc.key))
             raise
 
     async def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[UploadState, list[PartRecord]]:
-        state, records, _ = await self._gather(bucket, key, upload_id, None)
+        state, records, _ = await self.keeper.gather(bucket, key, upload_id, None)
         return state, records
-
-    def _completed_loc(self, bucket: str, upload_id: str = "") -> Location:
-        return self.ns.internal(bucket, f"mpu-done/{upload_id}")
 
     async def complete_upload(
         self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
@@ -367,7 +367,7 @@ class UploadOps(RecordOps):
         parts: Sequence[tuple[int, str]],
         entry: PendingUpload | None,
     ) -> CompletedUpload:
-        state = await self._upload_state(bucket, key, upload_id)
+        state = await self.keeper.upload_state(bucket, key, upload_id)
         if entry is not None and entry.closed:
             entry = None
         known = self._known_upload(bucket, state, entry, parts)
@@ -379,8 +379,8 @@ class UploadOps(RecordOps):
         if entry is not None:
             # What this instance holds is written first: a completion by copying reads it from there.
             async with entry.lock:
-                await self._write_held(entry)
-        state, records, keys = await self._gather(bucket, key, upload_id, parts)
+                await self.keeper.write_held(entry)
+        state, records, keys = await self.keeper.gather(bucket, key, upload_id, parts)
         return await self._complete_from(bucket, key, upload_id, parts, state, records, keys)
 
     def _known_upload(
@@ -407,11 +407,11 @@ class UploadOps(RecordOps):
             if record is None or record.etag != etag.strip('"'):
                 return None
             if record.kept_inline and record.inline is None:  # written: its bytes from memory or by range
-                info = self._upload_loc(bucket, state.upload_id, f"{no:05d}.info")
+                info = self.layout.record(bucket, state.upload_id, no)
                 records[no] = dataclasses.replace(
-                    record, inline=self._inline_parts.get((info.bucket, info.key))
+                    record, inline=self.keeper.inline_parts.get((info.bucket, info.key))
                 )
-        if not self._in_place(state, [records[no] for no, _ in parts]):
+        if not self.completion.in_place(state, [records[no] for no, _ in parts]):
             return None  # completed by copying: that needs the parts stored
         return list(records.values()), sorted(entry.written)
 
@@ -439,7 +439,7 @@ class UploadOps(RecordOps):
                     ETag=etag,
                 )
             chosen.append(record)
-        ctx = await self._cpu("store", ObjectContext.from_state, state.ctx_state, self.keyring)
+        ctx = await self.core.cpu("store", ObjectContext.from_state, state.ctx_state, self.core.keyring)
         etag = multipart_etag([r.etag for r in chosen])
         manifest = build_manifest(
             ctx,
@@ -452,29 +452,29 @@ class UploadOps(RecordOps):
             headers=state.headers,
         )
         dst = self.ns.object(bucket, key)
-        if self._in_place(state, chosen):
-            info, manifest, meta = await self._complete_in_place(
+        if self.completion.in_place(state, chosen):
+            info, manifest, meta = await self.completion.complete_in_place(
                 bucket, dst, state, ctx, records, chosen, manifest
             )
         else:
-            tail = await self._cpu("store", encode_tail, manifest, ctx)
-            pieces = [self._kept(bucket, upload_id, r) for r in chosen if r.segment.stored_size]
+            tail = await self.core.cpu("store", encode_tail, manifest, ctx)
+            pieces = [self.completion.kept(bucket, upload_id, r) for r in chosen if r.segment.stored_size]
             meta = manifest.backend_metadata(len(tail))
             if state.backend_upload is not None:
                 meta[META_UPLOAD] = upload_token(upload_id)
             try:
-                info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+                info = await self.writes.assemble(dst, pieces, tail, meta, state.content_type)
             except errors.PreconditionFailed:
                 # A part's record changed since it was read (the part sent again meanwhile).
                 raise errors.InvalidPart(UploadId=upload_id) from None
             await quietly(self._abort_backend_upload(bucket, state))
-        self.invalidate(bucket, key)
-        self.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
+        self.core.invalidate(bucket, key)
+        self.core.cataloged(bucket, key, info, StoredObject.written(dst, info, manifest, ctx, meta))
         done = CompletedUpload(key, etag, tuple(parts), datetime.now(UTC))
         if state.backend_upload is None:
             # The record goes in before the upload's state goes: a retry finds one or the other. (The
             # object of a straight upload names its upload itself.)
-            done_loc = self._completed_loc(bucket, upload_id)
+            done_loc = self.layout.completed(bucket, upload_id)
             await quietly(self.backend.put(done_loc.bucket, done_loc.key, done.to_bytes()))
             await quietly(self._sweep_completed(bucket))
         await quietly(self._drop_upload(bucket, upload_id, keys))
@@ -496,7 +496,7 @@ class UploadOps(RecordOps):
         if backend_upload_of(upload_id) is not None:
             try:
                 etag = multipart_etag([e for _, e in parts])
-                obj: StoredObject | None = await self.resolve(bucket, key)
+                obj: StoredObject | None = await self.reads.resolve(bucket, key)
             except (errors.NoSuchKey, errors.InvalidPart):
                 obj = None
             if obj is not None and obj.backend_metadata.get(META_UPLOAD) == upload_token(upload_id):
@@ -504,7 +504,7 @@ class UploadOps(RecordOps):
                     return CompletedUpload(key, etag, tuple(parts), obj.last_modified)
             if ticket_of(upload_id) is not None:
                 return None  # a ticketed upload never wrote a completed-upload record
-        loc = self._completed_loc(bucket, upload_id)
+        loc = self.layout.completed(bucket, upload_id)
         try:
             _, data = await self.backend.get_bytes(loc.bucket, loc.key)
         except errors.NoSuchKey:
@@ -516,12 +516,12 @@ class UploadOps(RecordOps):
 
     async def _sweep_completed(self, bucket: str) -> None:
         """Delete completed-upload records past their lifetime (at most every COMPLETED_SWEEP_INTERVAL)."""
-        swept: dict[str, float] = self.__dict__.setdefault("_completed_swept", {})
+        swept = self._completed_swept
         now = time.monotonic()
         if now - swept.get(bucket, -COMPLETED_SWEEP_INTERVAL) < COMPLETED_SWEEP_INTERVAL:
             return
         swept[bucket] = now
-        prefix = self._completed_loc(bucket)
+        prefix = self.layout.completed(bucket)
         cutoff = datetime.now(UTC) - COMPLETED_UPLOAD_TTL
         token: str | None = None
         while True:
@@ -534,7 +534,7 @@ class UploadOps(RecordOps):
             token = page.next_token
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
-        state = await self._upload_state(bucket, key, upload_id)
+        state = await self.keeper.upload_state(bucket, key, upload_id)
         entry = self.pending.get(bucket, upload_name(upload_id))
         async with holding(entry):
             gone = False
@@ -542,7 +542,7 @@ class UploadOps(RecordOps):
                 # A ticketed upload is there as long as its backend upload is (some stores abort an
                 # unknown upload without a word).
                 try:
-                    await self._backend_parts(bucket, state)
+                    await self.keeper.backend_parts(bucket, state)
                 except errors.NoSuchUpload:
                     gone = True
             await self._drop_upload(bucket, upload_id)
@@ -554,8 +554,8 @@ class UploadOps(RecordOps):
     async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
         """Forget the upload and delete its objects: `keys` when the caller knows them (a part that
         arrives after its listing is left to the janitor), else as listed now."""
-        self.forget_upload(bucket, upload_id)
-        prefix = self._upload_loc(bucket, upload_id)
+        self.keeper.forget(bucket, upload_id)
+        prefix = self.layout.upload(bucket, upload_id)
         if keys is not None:
             if keys:
                 await self.backend.delete_many(prefix.bucket, keys)  # batched by the store as it can take
@@ -571,8 +571,8 @@ class UploadOps(RecordOps):
     async def list_uploads(self, bucket: str, prefix: str = "") -> list[UploadState]:
         """The uploads stored in the bucket (by their state objects) and those this instance holds whose
         state is not written yet."""
-        await self.head_bucket(bucket)
-        root = self._upload_loc(bucket, "").key.rstrip("/") + "/"
+        await self.core.head_bucket(bucket)
+        root = self.layout.uploads(bucket).key
         loc_bucket = self.ns.root(bucket).bucket
         names: list[str] = []
         token: str | None = None
@@ -587,7 +587,7 @@ class UploadOps(RecordOps):
 
         async def load(name: str) -> UploadState | None:
             try:
-                return await self._upload_state(bucket, None, name)
+                return await self.keeper.upload_state(bucket, None, name)
             except errors.NoSuchUpload:
                 return None
 

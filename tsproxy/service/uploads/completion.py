@@ -4,7 +4,7 @@ Parts sent straight are already backend parts; parts kept aside (in their record
 their own) are copied in, or stored again uncompressed when compression shrank them below the backend's
 minimum part size; the tail goes in a part after the last one named. Overlapping completions of one
 upload, and completions that find the backend upload gone, are resolved here too (see
-`_complete_in_place`). multipart.py has the rest of the upload's life.
+`complete_in_place`). multipart.py has the rest of the upload's life.
 """
 
 from __future__ import annotations
@@ -25,30 +25,32 @@ from tsproxy.format import (
 )
 from tsproxy.format.manifest import META_FORMAT, Manifest
 from tsproxy.s3.limits import MAX_PARTS
+from tsproxy.service.core import ServiceCore
 from tsproxy.service.namespace import Location
-from tsproxy.service.records import (
-    ByteRange,
-    PartRecord,
-    StoredObject,
-    UploadState,
-    upload_name,
-    upload_token,
-)
-from tsproxy.service.writes import WriteOps
+from tsproxy.service.reads import Reads
+from tsproxy.service.records import ByteRange, StoredObject
+from tsproxy.service.uploads.ids import upload_token
+from tsproxy.service.uploads.records import PartRecord, UploadState
+from tsproxy.service.writes import Writes
 from tsproxy.store.base import ObjectInfo, multipart_etag, multipart_of
 
 # Backend metadata naming the client upload (its id's random token) an object was completed from.
 META_UPLOAD = "tsproxy-upload"
 
 
-class CompletionOps(WriteOps):
+class Completion:
     """Where an upload's parts are, and the in-place completion of a straight upload."""
 
-    def _upload_loc(self, bucket: str, upload_id: str, name: str = "") -> Location:
-        """Where the upload's objects are (below its name: the id without its ticket)."""
-        return self.ns.internal(bucket, f"mpu/{upload_name(upload_id)}/{name}")
+    def __init__(self, core: ServiceCore, reads: Reads, writes: Writes) -> None:
+        self.core = core
+        self.reads = reads
+        self.writes = writes
+        self.backend = core.backend
+        self.ns = core.ns
+        self.layout = core.layout
+        self.part_size = core.part_size
 
-    def _in_place(self, state: UploadState, chosen: Sequence[PartRecord]) -> bool:
+    def in_place(self, state: UploadState, chosen: Sequence[PartRecord]) -> bool:
         """Whether a completion of `chosen` completes the upload's own backend upload: when a part went
         straight into it, or when no part but the last would have to be stored again (uncompressed) to
         be a backend part (else copying keeps the parts as they are)."""
@@ -59,7 +61,7 @@ class CompletionOps(WriteOps):
         min_part = multipart_of(self.backend).min_part_size
         return all(r.segment.stored_size >= min_part for r in chosen[:-1])
 
-    def _kept(self, bucket: str, upload_id: str, record: PartRecord) -> ByteRange:
+    def kept(self, bucket: str, upload_id: str, record: PartRecord) -> ByteRange:
         """Where the stored bytes of a part not sent straight are: its data object, or its record."""
         root = self.ns.root(bucket)
         size = record.segment.stored_size
@@ -67,11 +69,11 @@ class CompletionOps(WriteOps):
             return ByteRange(Location(root.bucket, record.data_key), 0, size - 1)
         if not record.kept_inline:
             raise errors.InternalError("A part sent straight has no stored bytes of its own.")
-        info = self._upload_loc(bucket, upload_id, f"{record.part_no:05d}.info")
+        info = self.layout.record(bucket, upload_id, record.part_no)
         first = record.inline_offset
         return ByteRange(info, first, first + size - 1, record.record_etag)
 
-    async def _complete_in_place(
+    async def complete_in_place(
         self,
         bucket: str,
         dst: Location,
@@ -109,8 +111,10 @@ class CompletionOps(WriteOps):
                         dst.bucket, dst.key, upload, r.part_no, root.bucket, r.data_key, 0, end
                     )
                 elif etag is None:
-                    stored = await self._part_bytes(bucket, state.upload_id, r)
-                    seg, data = await self._cpu("store", store_uncompressed, ctx, state.settings, seg, stored)
+                    stored = await self.part_bytes(bucket, state.upload_id, r)
+                    seg, data = await self.core.cpu(
+                        "store", store_uncompressed, ctx, state.settings, seg, stored
+                    )
                     etag = await backend.upload_part(dst.bucket, dst.key, upload, r.part_no, data)
                 parts.append((r.part_no, etag))
                 segments.append(seg)
@@ -126,7 +130,7 @@ class CompletionOps(WriteOps):
                     metadata=state.metadata,
                     headers=state.headers,
                 )
-            tail = await self._cpu("store", encode_tail, manifest, ctx)
+            tail = await self.core.cpu("store", encode_tail, manifest, ctx)
 
             def free_number() -> int:
                 after = parts[-1][0] if parts else 0
@@ -136,7 +140,7 @@ class CompletionOps(WriteOps):
                 return free[secrets.randbelow(len(free))] if len(free) > 1 else free[0]
 
             if last.backend_etag is None and last.segment.stored_size <= self.part_size:
-                last_bytes = await self._part_bytes(bucket, state.upload_id, last)
+                last_bytes = await self.part_bytes(bucket, state.upload_id, last)
                 no = free_number()
                 etag = await backend.upload_part(dst.bucket, dst.key, upload, no, last_bytes + tail)
                 parts.append((no, etag))
@@ -171,9 +175,9 @@ class CompletionOps(WriteOps):
         the other completion made (if it is still there), so each chosen part is copied from there, or
         from where it was kept aside; a part found in neither makes the upload gone (NoSuchUpload)."""
         gone = errors.NoSuchUpload(UploadId=state.upload_id)
-        self.invalidate(bucket, state.key)
+        self.core.invalidate(bucket, state.key)
         try:
-            other: StoredObject | None = await self.resolve(bucket, state.key)
+            other: StoredObject | None = await self.reads.resolve(bucket, state.key)
         except errors.NoSuchKey:
             other = None
         if other is None or other.backend_metadata.get(META_UPLOAD) != upload_token(state.upload_id):
@@ -201,7 +205,7 @@ class CompletionOps(WriteOps):
         for r in middle:
             piece = found.get(r.segment)
             if piece is None and r.backend_etag is None:
-                piece = self._kept(bucket, state.upload_id, r)
+                piece = self.kept(bucket, state.upload_id, r)
             if piece is None:
                 raise gone
             pieces.append(piece)
@@ -215,12 +219,12 @@ class CompletionOps(WriteOps):
             metadata=state.metadata,
             headers=state.headers,
         )
-        tail = await self._cpu("store", encode_tail, manifest, ctx)
+        tail = await self.core.cpu("store", encode_tail, manifest, ctx)
         piece = found.get(last.segment)
         if piece is None and last_bytes is not None:
             tail = last_bytes + tail
         elif piece is None and last.backend_etag is None:
-            piece = self._kept(bucket, state.upload_id, last)
+            piece = self.kept(bucket, state.upload_id, last)
         elif piece is None:
             raise gone
         if piece is not None:
@@ -228,19 +232,19 @@ class CompletionOps(WriteOps):
         meta = manifest.backend_metadata(len(tail)) | {META_UPLOAD: upload_token(state.upload_id)}
         try:
             pieces = [p for p in pieces if p.last >= p.first]
-            info = await self.assemble(dst, pieces, tail, meta, state.content_type)
+            info = await self.writes.assemble(dst, pieces, tail, meta, state.content_type)
         except (errors.NoSuchKey, errors.PreconditionFailed):
             raise gone from None  # what it was to be built from is gone or replaced meanwhile
         return info, manifest, meta
 
-    async def _part_bytes(self, bucket: str, upload_id: str, record: PartRecord) -> bytes:
+    async def part_bytes(self, bucket: str, upload_id: str, record: PartRecord) -> bytes:
         """The stored bytes of a part not sent straight (kept in its record, or an object of its own)."""
         if record.inline is not None:
             data = record.inline
         elif not record.segment.stored_size:
             return b""
         else:
-            where = self._kept(bucket, upload_id, record)
+            where = self.kept(bucket, upload_id, record)
             try:
                 _, data = await self.backend.get_bytes(
                     where.loc.bucket, where.loc.key, where.first, where.last, if_match=where.etag

@@ -8,7 +8,18 @@ by the janitor). What may go unbidden are the uploads with nothing left to write
 completion here a listing. Memory is bounded by `max_bytes` of held records: past it, the caller writes
 a record at once instead (`hold` says so).
 
-Pure bookkeeping, no I/O: service.deferred writes what this holds.
+An upload's life here is a state table (`TRANSITIONS`), walked by the events the bookkeeping sees:
+
+    phase     what is stored of the upload                     events: hold  state_stored  all_written  close
+    CREATED   not its state object (its id carries a ticket)          CREATED HOLDING      CREATED      DONE
+    HOLDING   its state; some part records are held unwritten         HOLDING HOLDING      WRITTEN      DONE
+    WRITTEN   its state and every record this instance took           HOLDING WRITTEN      WRITTEN      DONE
+    DONE      completed, aborted or removed: nothing more is written  DONE    DONE         DONE         DONE
+
+Two counts ride beside the phase, as they are concurrency rather than life: the UploadPart requests in
+flight (the upload is busy) and the completions in flight here (no flush starts meanwhile).
+
+Pure bookkeeping, no I/O: uploads.keeper writes what this holds.
 """
 
 from __future__ import annotations
@@ -18,8 +29,10 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 
-from tsproxy.service.records import PartRecord, UploadState, upload_name
+from tsproxy.service.uploads.ids import upload_name
+from tsproxy.service.uploads.records import PartRecord, UploadState
 
 # What a record costs here besides the stored bytes it may keep (its JSON head and segment, and the
 # bookkeeping around them), counted against the bound.
@@ -33,13 +46,50 @@ KEEP_WRITTEN_SECONDS = 3600.0
 BUSY_WRITE_AFTER = 60.0
 
 
+class Phase(Enum):
+    """Where an upload this instance took parts of is in its life (see the module docstring)."""
+
+    CREATED = "created"  # its state object is not stored yet
+    HOLDING = "holding"  # its state is stored; part records are held unwritten
+    WRITTEN = "written"  # its state and every record taken here are stored
+    DONE = "done"  # completed, aborted or removed
+
+
+class Event(Enum):
+    HOLD = "hold"  # a part's record is held unwritten
+    STATE_STORED = "state stored"  # the upload's state object is in the backend
+    ALL_WRITTEN = "all written"  # no record is held unwritten any more
+    CLOSE = "close"  # the upload is completed, aborted or removed
+
+
+TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
+    (Phase.CREATED, Event.HOLD): Phase.CREATED,
+    (Phase.CREATED, Event.STATE_STORED): Phase.HOLDING,  # then ALL_WRITTEN, when nothing is held
+    (Phase.CREATED, Event.ALL_WRITTEN): Phase.CREATED,  # its state is still to be written
+    (Phase.CREATED, Event.CLOSE): Phase.DONE,
+    (Phase.HOLDING, Event.HOLD): Phase.HOLDING,
+    (Phase.HOLDING, Event.STATE_STORED): Phase.HOLDING,
+    (Phase.HOLDING, Event.ALL_WRITTEN): Phase.WRITTEN,
+    (Phase.HOLDING, Event.CLOSE): Phase.DONE,
+    (Phase.WRITTEN, Event.HOLD): Phase.HOLDING,
+    (Phase.WRITTEN, Event.STATE_STORED): Phase.WRITTEN,
+    (Phase.WRITTEN, Event.ALL_WRITTEN): Phase.WRITTEN,
+    (Phase.WRITTEN, Event.CLOSE): Phase.DONE,
+    # A part taken while its upload ends is not written: nothing is, once DONE.
+    (Phase.DONE, Event.HOLD): Phase.DONE,
+    (Phase.DONE, Event.STATE_STORED): Phase.DONE,
+    (Phase.DONE, Event.ALL_WRITTEN): Phase.DONE,
+    (Phase.DONE, Event.CLOSE): Phase.DONE,
+}
+
+
 @dataclass(eq=False)
 class PendingUpload:
     """One upload this instance took parts of (see the module docstring)."""
 
     bucket: str
     state: UploadState
-    state_written: bool  # the upload's state object is in the backend
+    phase: Phase
     # The newest record this instance took of each part number, written or not (inline bytes are kept
     # only while unwritten).
     parts: dict[int, PartRecord] = field(default_factory=dict)
@@ -49,7 +99,6 @@ class PendingUpload:
     last_activity: float = field(default_factory=time.monotonic)
     held_since: float = field(default_factory=time.monotonic)  # since when something is unwritten
     retry_after: float = 0.0  # monotonic time before which a failed write is not tried again
-    closed: bool = False  # completed or aborted: nothing more is written
     completing: int = 0  # completions of the upload in flight here: they write what they need themselves
     # Held by a flush and by an abort of the upload (and taken by a completion as it starts), so neither
     # writes nor deletes what the other is about to.
@@ -59,9 +108,24 @@ class PendingUpload:
     def name(self) -> str:
         return upload_name(self.state.upload_id)
 
+    def advance(self, event: Event) -> Phase:
+        """Take `event`: the phase the table gives."""
+        self.phase = TRANSITIONS[(self.phase, event)]
+        return self.phase
+
+    @property
+    def closed(self) -> bool:
+        """Completed, aborted or removed: nothing more is written."""
+        return self.phase is Phase.DONE
+
+    @property
+    def state_written(self) -> bool:
+        """Nothing is left to write of the upload's state: it is stored (or the upload is done)."""
+        return self.phase is not Phase.CREATED
+
     @property
     def has_unwritten(self) -> bool:
-        return bool(self.unwritten) or not self.state_written
+        return self.phase in (Phase.CREATED, Phase.HOLDING)
 
     def idle(self, now: float, delay: float) -> bool:
         """No part arriving or in flight for `delay` seconds."""
@@ -94,9 +158,17 @@ class PendingUploads:
         key = (bucket, upload_name(state.upload_id))
         entry = self._uploads.get(key)
         if entry is None or entry.closed:
-            entry = self._uploads[key] = PendingUpload(bucket, state, state_written)
+            phase = Phase.WRITTEN if state_written else Phase.CREATED
+            entry = self._uploads[key] = PendingUpload(bucket, state, phase)
             self._forget_written()
         return entry
+
+    def state_stored(self, entry: PendingUpload, key: str) -> None:
+        """The upload's state object is in the backend, at `key`."""
+        entry.written.add(key)
+        entry.advance(Event.STATE_STORED)
+        if not entry.unwritten:
+            entry.advance(Event.ALL_WRITTEN)
 
     def hold(self, entry: PendingUpload, record: PartRecord) -> bool:
         """Keep `record` unwritten as its part number's newest; False (nothing kept) when that would pass
@@ -110,6 +182,7 @@ class PendingUploads:
         self.held_bytes += cost(record) - freed
         entry.parts[record.part_no] = record
         entry.unwritten.add(record.part_no)
+        entry.advance(Event.HOLD)
         return True
 
     def wrote(self, entry: PendingUpload, record: PartRecord, key: str, record_etag: str) -> None:
@@ -123,6 +196,8 @@ class PendingUploads:
             entry.unwritten.discard(record.part_no)  # this record, or an older one it replaces
             self.held_bytes -= cost(current)
         entry.parts[record.part_no] = dataclasses.replace(record, inline=None, record_etag=record_etag)
+        if not entry.unwritten:
+            entry.advance(Event.ALL_WRITTEN)
 
     def superseded(self, entry: PendingUpload, record: PartRecord) -> None:
         """`record` is no longer the part (a newer one is stored, or its backend part was replaced): it is
@@ -131,10 +206,12 @@ class PendingUploads:
             entry.unwritten.discard(record.part_no)
             self.held_bytes -= cost(record)
             del entry.parts[record.part_no]
+            if not entry.unwritten:
+                entry.advance(Event.ALL_WRITTEN)
 
     def close(self, entry: PendingUpload) -> None:
         """The upload is completed, aborted or removed: its records go unwritten."""
-        entry.closed = True
+        entry.advance(Event.CLOSE)
         for no in entry.unwritten:
             self.held_bytes -= cost(entry.parts[no])
         entry.unwritten.clear()
