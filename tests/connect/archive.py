@@ -102,6 +102,7 @@ def run_export(
         "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.driver.bindAddress=127.0.0.1",
     ]  # fmt: skip
+    output.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     return subprocess.run(argv, env=env, cwd=output.parent, capture_output=True, text=True, timeout=900)
