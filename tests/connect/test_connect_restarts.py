@@ -46,12 +46,16 @@ def _access_log(stack: Stack) -> list[dict[str, object]]:
     return [json.loads(line) for line in lines if line.startswith("{") and '"tsproxy.access"' in line]
 
 
-def _uploads(stack: Stack, bucket: str) -> int:
+def _ops(stack: Stack, bucket: str, operation: str) -> int:
     return sum(
         1
         for e in _access_log(stack)
-        if e.get("operation") == "UploadPart" and str(e.get("path", "")).startswith(f"/{bucket}/")
+        if e.get("operation") == operation and str(e.get("path", "")).startswith(f"/{bucket}/")
     )
+
+
+def _uploads(stack: Stack, bucket: str) -> int:
+    return _ops(stack, bucket, "UploadPart")
 
 
 def _sizes(stack: Stack, bucket: str, keys: Iterable[str]) -> list[int]:
@@ -97,8 +101,12 @@ def live(stack: Stack, connect_folder: Path) -> Iterator[Live]:
         thread.join()
         worker.start()
         thread = streaming(1500)
-        wait_for(lambda: written() > len(run.produced) - 1200, 300, "no progress after the restart")
-        # Killed while records stream in: what it uploaded after its last commit is written again.
+        # Killed as soon as it completes a new file, before it commits that file's offsets (it commits
+        # after the flush): what it uploaded after its last commit is written again.
+        files = _ops(stack, bucket, "CompleteMultipartUpload")
+        wait_for(
+            lambda: _ops(stack, bucket, "CompleteMultipartUpload") > files, 300, "no file after the restart"
+        )
         worker.kill()
         run.events.append(f"worker killed (SIGKILL) at committed offset {written()}")
         thread.join()
