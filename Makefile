@@ -45,10 +45,12 @@ system-deps:
 	  $$SUDO systemctl stop prometheus 2>/dev/null || $$SUDO service prometheus stop 2>/dev/null || true; \
 	fi
 
-# A Kafka broker and Aiven's tiered storage plugin for tests/broker, resolved by Maven from the POMs in
-# deploy/kafka/maven into a cache folder outside the repository (reused while the POMs stay the same).
+# A Kafka broker and Aiven's tiered storage plugin for tests/broker, and a Kafka Connect worker with
+# Aiven's S3 sink for tests/connect, resolved by Maven from the POMs in deploy/kafka/maven into cache
+# folders outside the repository (reused while the POMs stay the same).
 kafka-jars:
 	sh deploy/kafka/jars.sh
+	sh deploy/kafka/connect-jars.sh
 
 # buildah and debootstrap: the container images are built (and tested) without a container engine.
 image-deps:
