@@ -360,6 +360,9 @@ class Config:
         metadata=parsed_by(parse_size, _between(0, 1 << 30, "must be at most 1GiB")),
     )
     metadata_ttl: float = field(default=defaults.METADATA_TTL, metadata=parsed_by(parse_duration))
+    metadata_stale_if_error: float = field(
+        default=defaults.METADATA_STALE_IF_ERROR, metadata=parsed_by(parse_duration)
+    )
     # Not a plain setting: [[credentials]] tables, or TSPROXY_ACCESS_KEY/TSPROXY_SECRET_KEY.
     credentials: tuple[Credentials, ...] = ()
     anonymous: bool = field(default=defaults.ANONYMOUS, metadata=parsed_by(parse_bool))

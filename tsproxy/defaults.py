@@ -49,6 +49,7 @@ MALLOC_ARENAS = 2  # see tsproxy/memory.py; 0: glibc's own (eight a core)
 MALLOC_IDLE_RELEASE = 10.0  # seconds without a request before the heaps' free memory goes back; 0: never
 PREFETCH = 16 << 20
 METADATA_TTL = 5.0  # seconds
+METADATA_STALE_IF_ERROR = 3600.0  # seconds past METADATA_TTL a manifest is served while the store is down
 
 # The process.
 ANONYMOUS = False

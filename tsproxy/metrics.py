@@ -222,6 +222,17 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.manifest_stale_served = Counter(
+            "tsproxy_manifest_stale_served_total",
+            "Objects resolved from a manifest past metadata_ttl because the store was unavailable.",
+            registry=r,
+        )
+        self.manifest_stale_seconds = Histogram(
+            "tsproxy_manifest_stale_seconds",
+            "How far past metadata_ttl a manifest served during a store outage was.",
+            buckets=(1, 10, 60, 300, 900, 3600, 14400, 86400),
+            registry=r,
+        )
         self.catalog_lookups = Counter(
             "tsproxy_catalog_lookups_total",
             "Listed objects answered from the size catalog (hit) or by a HEAD (miss).",

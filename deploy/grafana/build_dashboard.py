@@ -242,6 +242,7 @@ ROWS: list[Row] = [
                 [
                     Target(total("tsproxy_requests_in_flight"), "requests in flight"),
                     Target(total("tsproxy_multipart_uploads_in_progress"), "multipart uploads in progress"),
+                    Target(total("tsproxy_event_loop_tasks"), "event loop tasks"),
                 ],
             ),
             Panel(
@@ -497,6 +498,16 @@ ROWS: list[Row] = [
                 [Target(f"min by (instance) (tsproxy_backend_up{{{SEL}}})", "{{instance}}")],
                 width=10,
                 extra_defaults={"min": 0, "max": 1},
+            ),
+            Panel(
+                "Served stale during an outage",
+                "Objects resolved from a manifest past metadata_ttl because the store could not be asked "
+                "whether they changed, and how far past it (p99); bounded by metadata_stale_if_error "
+                "(see docs/OPERATIONS.md).",
+                [
+                    Target(rate("tsproxy_manifest_stale_served_total"), "served stale/s"),
+                    Target(quantile(0.99, "tsproxy_manifest_stale_seconds"), "p99 seconds past metadata_ttl"),
+                ],
             ),
         ],
     ),

@@ -24,7 +24,6 @@ OUTAGE = 6 * TTL
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(strict=True, reason="stale-if-error: lands after the service restructure")
 def test_a_cached_object_stays_readable_through_an_outage_longer_than_metadata_ttl(
     store_link: Link, via: Via
 ) -> None:

@@ -148,6 +148,7 @@ class Proxy:
             metrics=self.metrics,
             part_size=cfg.backend_part_size,
             metadata_ttl=cfg.metadata_ttl,
+            stale_if_error=cfg.metadata_stale_if_error,
             catalog=self.catalog,
             upload_records=cfg.upload_records,
             upload_record_delay=cfg.upload_record_delay,

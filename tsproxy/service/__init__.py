@@ -77,6 +77,7 @@ class ObjectService:
         metrics: Metrics | None = None,
         part_size: int = 25 << 20,
         metadata_ttl: float = 5.0,
+        stale_if_error: float = 0.0,
         catalog: SizeCatalog | None = None,
         upload_records: str = defaults.UPLOAD_RECORDS,
         upload_record_delay: float = defaults.UPLOAD_RECORD_DELAY,
@@ -91,6 +92,7 @@ class ObjectService:
             metrics=metrics,
             part_size=part_size,
             metadata_ttl=metadata_ttl,
+            stale_if_error=stale_if_error,
             catalog=catalog,
         )
         self.reads = Reads(self.core)

@@ -50,10 +50,19 @@ class TtlCache(Generic[K, V]):
             return None
         expires, value = item
         if self.ttl and expires < time.monotonic():
-            del self._data[key]
-            return None
+            return None  # kept (within max_entries) for `stale`
         self._data.move_to_end(key)
         return value
+
+    def stale(self, key: K, bound: float) -> tuple[V, float] | None:
+        """An entry past its expiry by at most `bound` seconds, with how far past (0 if it has not
+        expired): what may be served while the source it should be checked against cannot answer."""
+        item = self._data.get(key)
+        if item is None:
+            return None
+        expires, value = item
+        age = max(time.monotonic() - expires, 0.0) if self.ttl else 0.0
+        return (value, age) if age <= bound else None
 
     def put(self, key: K, value: V) -> None:
         self._data[key] = (time.monotonic() + self.ttl, value)
@@ -117,6 +126,7 @@ class ServiceCore:
         metrics: Metrics | None = None,
         part_size: int = 25 << 20,
         metadata_ttl: float = 5.0,
+        stale_if_error: float = 0.0,
         catalog: SizeCatalog | None = None,
     ) -> None:
         self.backend = backend
@@ -130,6 +140,8 @@ class ServiceCore:
         self.part_size = part_size
         # (bucket, key) -> resolved object; revalidated after metadata_ttl. Local writes invalidate at once.
         self.resolved: TtlCache[tuple[str, str], StoredObject] = TtlCache(4096, metadata_ttl)
+        # How long past metadata_ttl a resolved object is still served while the store is unavailable.
+        self.stale_if_error = stale_if_error
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
 

@@ -51,6 +51,14 @@ class Reads:
         for attempt in range(3):
             try:
                 info, end = await self._suffix(loc)
+            except errors.ServiceUnavailable:
+                # The store cannot say whether the object changed (an outage, or its refusal of our
+                # credentials): an object resolved before is served as it was, within a bound. A
+                # SlowDown is the store answering, and is passed on instead.
+                kept = self._stale(bucket, key)
+                if kept is None:
+                    raise
+                return kept
             except (errors.NoSuchKey, errors.NoSuchBucket):
                 # Under a mapped namespace the backend's bucket is not the client's: ask about the
                 # client's (and a HEAD's 404 has no body to tell a missing key from a missing bucket).
@@ -67,6 +75,17 @@ class Reads:
                 self.resolved.put((bucket, key), obj)
             return obj
         raise AssertionError("unreachable")
+
+    def _stale(self, bucket: str, key: str) -> StoredObject | None:
+        bound = self.core.stale_if_error
+        kept = self.resolved.stale((bucket, key), bound) if bound > 0 else None
+        if kept is None:
+            return None
+        obj, age = kept
+        if self.metrics is not None:
+            self.metrics.manifest_stale_served.inc()
+            self.metrics.manifest_stale_seconds.observe(age)
+        return obj
 
     async def resolve_for_head(self, bucket: str, key: str) -> StoredObject:
         """What a HEAD shows of (bucket, key), without reading the object's tail when that can be helped.
