@@ -266,14 +266,21 @@ def end_offsets(broker: KafkaBroker, topic: str, partitions: int) -> dict[int, i
 def committed(broker: KafkaBroker, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The offsets the sink's consumer group (connect-<name>) committed; negative where none; {} while
     the broker cannot tell yet."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+
+    # The group coordinator still loading (or moving) answers so without marking the error retriable.
+    not_yet = {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
 
     admin = broker.admin()
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
     try:
         result = admin.list_consumer_group_offsets([request])[group].result(30)
     except KafkaException as failed:
-        if failed.args and failed.args[0].retriable():  # e.g. the group coordinator still loading
+        if failed.args and (failed.args[0].retriable() or failed.args[0].code() in not_yet):
             return {}
         raise
     return {tp.partition: tp.offset for tp in result.topic_partitions}
