@@ -122,7 +122,6 @@ def assert_clean(
         running.proxy.objects,
         leftover_age=60.0,
         metrics=running.proxy.metrics,
-        local_root=None,
         clock=lambda: time.time() + DAY,
     )
     run = running.call(janitor.run_once())
