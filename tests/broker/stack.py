@@ -94,8 +94,36 @@ def tsproxy_binary() -> str:
     return found
 
 
+class ChildProcess:
+    """A process a test starts and owns: whether it runs, a graceful stop, a kill."""
+
+    process: subprocess.Popen[bytes] | None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def terminate(self, timeout: float) -> None:
+        """SIGTERM (a graceful stop), SIGKILL if it outlasts `timeout`."""
+        if self.running:
+            assert self.process is not None
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def kill(self) -> None:
+        if self.running:
+            assert self.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            self.process.wait(10)
+
+
 @dataclass
-class TsproxyServer:
+class TsproxyServer(ChildProcess):
     """`tsproxy serve` in front of a SeaweedFS; a `start()` after `stop()`/`kill()` keeps port and state."""
 
     workdir: Path
@@ -194,26 +222,8 @@ class TsproxyServer:
             time.sleep(0.1)
         raise RuntimeError(f"tsproxy not ready after {timeout:.0f}s:\n{self.log_tail()}")
 
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def stop(self, timeout: float = 40) -> None:
-        """SIGTERM (a graceful stop), SIGKILL if it outlasts `timeout`."""
-        if self.running:
-            assert self.process is not None
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-
-    def kill(self) -> None:
-        if self.running:
-            assert self.process is not None
-            self.process.kill()
-            self.process.wait(10)
+        self.terminate(timeout)
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"http://{HOST}:{self.metrics_port}/metrics", timeout=10) as r:
@@ -309,7 +319,7 @@ logger.aiven.level = INFO
 
 
 @dataclass
-class KafkaBroker:
+class KafkaBroker(ChildProcess):
     """One KRaft node (broker and controller) on free loopback ports."""
 
     workdir: Path
@@ -444,13 +454,7 @@ class KafkaBroker:
         return sorted(int(p.name[:-4]) for p in folder.glob("*.log"))
 
     def stop(self, timeout: float = 30) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        self.terminate(timeout)
 
     def log_tail(self, lines: int = 80) -> str:
         return _tail(self.log_path, lines)

@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -23,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.broker.stack import ACCESS_KEY, LOG4J2, SECRET_KEY, KafkaBroker, _tail, wait_for
+from tests.broker.stack import ACCESS_KEY, LOG4J2, SECRET_KEY, ChildProcess, KafkaBroker, _tail, wait_for
 from tests.support.ports import HOST, free_port
 from tests.support.seaweed import _die_with_parent
 
@@ -104,7 +102,7 @@ class Sink:
 
 
 @dataclass
-class ConnectWorker:
+class ConnectWorker(ChildProcess):
     """ConnectStandalone running `sinks`, on a free REST port."""
 
     workdir: Path
@@ -218,27 +216,9 @@ class ConnectWorker:
                         restarted += 1
         return restarted
 
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def stop(self, timeout: float = 60) -> None:
         """SIGTERM: the worker stops the tasks, which write what they hold, and commits their offsets."""
-        if self.running:
-            assert self.process is not None
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-
-    def kill(self) -> None:
-        if self.running:
-            assert self.process is not None
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-            self.process.wait(10)
+        self.terminate(timeout)
 
     def log_text(self) -> str:
         try:
