@@ -155,7 +155,10 @@ class RecordKeeper:
             try:
                 backend_parts = await self.backend_parts(bucket, state)
             except errors.NoSuchUpload:
-                self.pending.close(entry)  # completed or aborted through another instance
+                # Completed or aborted through another instance: nothing of it is written any more.
+                fields = {"bucket": bucket, "upload": entry.name, "records": len(held)}
+                log.info("multipart upload gone; held records dropped", extra={"fields": fields})
+                self.pending.close(entry)
                 return
         if not entry.state_written:
             loc = self.layout.state(bucket, state.upload_id)

@@ -572,6 +572,9 @@ class Uploads:
         """The uploads stored in the bucket (by their state objects) and those this instance holds whose
         state is not written yet."""
         await self.core.head_bucket(bucket)
+        # Taken before the listing: an upload whose state is written while the listing runs is then in
+        # one or the other (taken after, it could fall between them).
+        held = [e for e in self.pending if e.bucket == bucket and not e.closed and not e.state_written]
         root = self.layout.uploads(bucket).key
         loc_bucket = self.ns.root(bucket).bucket
         names: list[str] = []
@@ -593,8 +596,7 @@ class Uploads:
 
         states = [s for s in await bounded_gather(16, names, load) if s is not None]
         stored = {upload_name(s.upload_id) for s in states}
-        held = [e for e in self.pending if e.bucket == bucket and not e.closed and not e.state_written]
-        states += [e.state for e in held if e.name not in stored]
+        states += [e.state for e in held if e.name not in stored and not e.closed]
         return sorted((s for s in states if s.key.startswith(prefix)), key=lambda s: (s.key, s.initiated))
 
 
