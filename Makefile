@@ -81,7 +81,7 @@ typecheck: install-test
 	$(VENV)/bin/mypy
 
 test: install-test lint typecheck
-	PATH="$(CURDIR)/$(TOOLS)/awscli/bin:$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(TOOLS)/awscli/bin:$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -ra --durations=30 $(PYTEST_ARGS)
 
 unit: install-test
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
