@@ -8,6 +8,8 @@
 - `faulty_proxy`: a started FaultyProxy in front of `seaweed`, see tests/support/faulty_proxy.py.
 - `default_ports_held` (session, autouse): tsproxy's default ports are taken for the whole run, as a
   `make run` beside `make test` takes them, so a test that binds one without saying so fails here.
+- `stack`, `dataset` (session): the real broker, its tsproxy and its tiered topics
+  (tests/broker/fixtures.py), defined here once so tests/broker and tests/connect share one broker.
 
 A failed test that used `seaweed` gets the end of the SeaweedFS log in its report.
 """
@@ -26,6 +28,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from tests.broker.fixtures import dataset, stack  # noqa: E402, F401 (registered here, once)
 from tests.support.faulty_proxy import FaultyProxy  # noqa: E402
 from tests.support.ports import hold_default_ports  # noqa: E402
 from tests.support.seaweed import SeaweedFS  # noqa: E402

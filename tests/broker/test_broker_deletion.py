@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from tests.broker.conftest import Stack
+from tests.broker.fixtures import Stack
 from tests.broker.records import consume, drafts, produce
 from tests.broker.stack import wait_for
 from tsproxy.cache.reader import version_id

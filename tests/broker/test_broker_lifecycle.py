@@ -14,7 +14,7 @@ import json
 import threading
 import time
 
-from tests.broker.conftest import BIG_SEGMENT, PLAIN, Dataset, Stack
+from tests.broker.fixtures import BIG_SEGMENT, PLAIN, Dataset, Stack
 from tests.broker.records import consume, drafts, produce
 from tests.broker.stack import wait_for
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tests.broker.conftest import PLAIN, Dataset, Stack
+from tests.broker.fixtures import PLAIN, Dataset, Stack
 from tests.broker.records import consume
 from tests.broker.stack import wait_for
 from tsproxy.format import KeyRing, open_object

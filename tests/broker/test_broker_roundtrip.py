@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from tests.broker.conftest import BIG, BIG_SEGMENT, CODECS, PLAIN, TXN, Dataset, Stack
+from tests.broker.fixtures import BIG, BIG_SEGMENT, CODECS, PLAIN, TXN, Dataset, Stack
 from tests.broker.records import consume
 from tests.broker.stack import PART_SIZE
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker.conftest import CODECS, PLAIN, TXN, Dataset, Stack
+from tests.broker.fixtures import CODECS, PLAIN, TXN, Dataset, Stack
 from tests.broker.records import Rec
 from tests.broker.stack import ACCESS_KEY, REGION, SECRET_KEY
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.broker.conftest import BIG, CODECS, PLAIN, TXN, Dataset, Stack
+from tests.broker.fixtures import BIG, CODECS, PLAIN, TXN, Dataset, Stack
 from tests.broker.records import MARK
 from tsproxy.format import KeyRing, decode_object, open_object
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker.conftest import BIG, Dataset, Stack, dataset, stack  # noqa: F401 (the broker tests' fixtures)
+from tests.broker.fixtures import BIG, Dataset, Stack
 from tests.connect.worker import ConnectWorker, Sink, connect_jars, wait_archived
 
 
@@ -54,7 +54,7 @@ class Archive:
 
 
 @pytest.fixture(scope="session")
-def archive(stack: Stack, dataset: Dataset, connect_folder: Path) -> Iterator[Archive]:  # noqa: F811
+def archive(stack: Stack, dataset: Dataset, connect_folder: Path) -> Iterator[Archive]:
     tag = uuid.uuid4().hex[:8]
     plain, gzipped = f"archive-{tag}", f"archive-gz-{tag}"
     for bucket in (plain, gzipped):

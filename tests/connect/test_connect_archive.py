@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from tests.broker.conftest import TXN, Dataset
+from tests.broker.fixtures import TXN, Dataset
 from tests.broker.records import MARK, consume
 from tests.connect.archive import by_partition, list_keys, read_sink_files
 from tests.connect.conftest import Archive

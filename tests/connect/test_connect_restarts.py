@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import Dataset, Stack
+from tests.broker.fixtures import Dataset, Stack
 from tests.broker.records import Rec, consume, drafts, produce
 from tests.broker.stack import wait_for
 from tests.connect.archive import EXPORT_NAME, by_partition, read_export, read_sink_files, run_export
