@@ -5,14 +5,16 @@ never start with `INTERNAL`. So no key a client can spell, however it is spelled
 state: the reserved namespace is outside the image of the mapping, not behind a check on the key.
 
 Most keys map to themselves. A key is stored as it is only when every backend keeps it apart from every
-other key: it does not start with `/`, has no `//`, no `.` or `..` segment, no character a backend folds
-or refuses (`FOLDED`: `\\`, which SeaweedFS stores as `/`, and NUL, which it refuses), and does not start
-with `.tsproxy` (the reserved and escaped areas). Object stores that normalise keys (SeaweedFS folds a
-leading `/`, repeated slashes and backslashes, HTTP stacks may resolve dot segments) would otherwise make
-`/a` and `a`, `a//b` and `a/b`, or `\\a` and `a`, one object. Any other key is *escaped*: stored under
-`ESCAPED` with `%` written `%25`, a `/` that starts the key or follows another `/` written `%2F`, the dots
-of a `.` or `..` segment written `%2E`, and each folded character written `%` and its two hex digits. The
-result has none of the shapes a backend folds, and decoding those escapes gives the client's key back.
+other key: it does not start with `/`, has no `//`, no `.` or `..` segment, no character a backend folds or
+refuses (`FOLDED`: `\\`, which SeaweedFS stores as `/`, and NUL, which it refuses), does not start with
+`.tsproxy` (the reserved and escaped areas), and names no folder a backend keeps for itself
+(`BACKEND_FOLDERS`: SeaweedFS's `.uploads`, where a bucket's multipart uploads live). Object stores that
+normalise keys (SeaweedFS folds a leading `/`, repeated slashes and backslashes, HTTP stacks may resolve
+dot segments) would otherwise make `/a` and `a`, `a//b` and `a/b`, or `\\a` and `a`, one object. Any other
+key is *escaped*: stored under `ESCAPED` with `%` written `%25`, a `/` that starts the key or follows
+another `/` written `%2F`, the dots of a `.` or `..` segment written `%2E`, and each folded character
+written `%` and its two hex digits. The result has none of the shapes a backend folds, and decoding those
+escapes gives the client's key back.
 docs/FORMAT.md ("Keys in the backend") states the mapping; tests/hostile measures what SeaweedFS folds.
 """
 
@@ -30,6 +32,10 @@ RESERVED_START = ".tsproxy"  # keys starting so are escaped, so no client key la
 # Characters some backend folds onto another key or refuses: SeaweedFS stores `\\` as `/` (so `\\a` is
 # `/a`, then `a`) and refuses NUL. A key holding one is escaped, so the backend never sees it.
 FOLDED = "\\\x00"
+# Folders a backend keeps for itself at a bucket's root: SeaweedFS holds each multipart upload of a bucket
+# as `.uploads/<upload id>/`, where a plain PUT of `.uploads/<id>/0001.part` writes a part into that
+# upload and other objects are left out of listings. A key naming one, or under one, is escaped.
+BACKEND_FOLDERS = (".uploads",)
 _ESCAPES = {ch: f"%{ord(ch):02X}" for ch in FOLDED} | {"%": "%25"}
 _UNESCAPED = {code[1:]: ch for ch, code in _ESCAPES.items()} | {"2F": "/", "2E": "."}
 _UNESCAPE = re.compile("%(" + "|".join(sorted(_UNESCAPED)) + ")")
@@ -39,6 +45,8 @@ _FOLDED_ANYWHERE = re.compile("[" + re.escape(FOLDED) + "]")
 def stored_as_is(key: str) -> bool:
     """True when `key` is its own backend name (no backend can fold it onto another key)."""
     if key.startswith(("/", RESERVED_START)) or "//" in key or _FOLDED_ANYWHERE.search(key):
+        return False
+    if key.split("/", 1)[0] in BACKEND_FOLDERS:
         return False
     return not any(segment in (".", "..") for segment in key.split("/"))
 
