@@ -101,10 +101,18 @@ def test_a_passing_probe_does_not_outweigh_requests_failing_since_the_probe_befo
     assert health.up
 
 
-def test_a_probe_that_fails_and_then_passes_brings_the_store_back_at_once() -> None:
+def test_a_probe_that_reaches_a_store_that_could_not_be_reached_brings_it_back_at_once() -> None:
     health, _, clock = _health()
     health.probed("backend http://store: connection refused")
     assert not health.up
     clock.now += 10.0
     health.probed(None)
+    assert health.up
+    unreachable = errors.ServiceUnavailable("The storage backend could not be reached.")
+    for _ in range(3):
+        clock.now += 0.1
+        health.outcome(unreachable)
+    assert not health.up
+    clock.now += 1.0
+    health.probed(None)  # it answers now: not a server error, so the probe says it is back
     assert health.up

@@ -11,9 +11,10 @@ object or bucket (NoSuchKey, PreconditionFailed ...) or 501 NotImplemented.
 
 While it is down, `GuardedBackend` answers 503 at once instead of letting every request wait out its
 retries and timeouts, and lets one request through every few seconds to see whether the store is back
-(a trial that fails gets the same 503). A probe that passes brings it back unless a request failed since
-the probe before: the probes only ask about the bucket, which a store may answer while every object
-request fails. Cached reads never reach the backend and go on.
+(a trial that fails gets the same 503). A probe that passes brings it back, unless a request got a server
+error since the probe before: the probes only ask about the bucket, which a store may answer while every
+object request fails (a store that could not be reached, and now can, is back). Cached reads never reach
+the backend and go on.
 
 `GuardedBackend` spells out every backend operation it guards (the object path, multipart uploads and
 bucket administration); lifecycle (`start`, `close`) and `ping` go to the store untouched, and the
@@ -99,7 +100,7 @@ class BackendHealth:
         self.reason = ""
         self._failures = 0
         self._last_trial = 0.0  # when the store went down, or the last trial request went through
-        self._last_failure = -math.inf  # when a request last failed for the store's sake
+        self._last_fault = -math.inf  # when a request last got a server error (StoreFault)
         self._last_probe = -math.inf
         if on_change is not None:
             on_change(True)
@@ -107,12 +108,12 @@ class BackendHealth:
     def probed(self, failure: str | None) -> None:
         """A probe's result: the message of the first failure that makes the store unusable, or None.
 
-        A probe that passes does not bring the store back while requests keep failing: it stays down
-        when one failed since the probe before (see the module docstring).
+        A probe that passes does not bring the store back while requests keep getting server errors: it
+        stays down when one got one since the probe before (see the module docstring).
         """
         now = self.clock()
         previous, self._last_probe = self._last_probe, now
-        if failure is None and not self.up and self._last_failure >= previous:
+        if failure is None and not self.up and self._last_fault >= previous:
             return
         self._set(failure is None, failure or "")
 
@@ -126,7 +127,8 @@ class BackendHealth:
             return
         assert isinstance(error, errors.S3Error)
         self._failures += 1
-        self._last_failure = self.clock()
+        if isinstance(error, StoreFault):
+            self._last_fault = self.clock()
         if self._failures >= self.trip_after or not self.up:
             self._set(False, reason_of(error))
 
