@@ -477,6 +477,19 @@ class ChunkCache:
         found = set(await self._run(lambda: [k for k in maybe if self._contains_sync(k)]))
         return [k in found for k in keys]
 
+    @property
+    def may_hold_entries(self) -> bool:
+        """False when the cache certainly holds no entry (no disk access)."""
+        return bool(self._known)
+
+    async def delete_many(self, keys: list[ChunkKey]) -> int:
+        """Delete the entries of `keys` (those of an object deleted from the store); how many there were.
+        Only keys that may have an entry are looked up, in one call off the event loop."""
+        maybe = [disk_key for disk_key in (k.to_bytes() for k in keys) if disk_key in self._known]
+        if not maybe:
+            return 0
+        return int(await self._run(lambda: sum(self._delete_sync(disk_key) for disk_key in maybe)))
+
     def _contains_sync(self, key: ChunkKey) -> bool:
         try:
             return key.to_bytes() in self._cache

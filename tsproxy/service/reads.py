@@ -133,6 +133,15 @@ class Reads:
             head_only=True,
         )
 
+    async def stored_at(self, loc: Location) -> StoredObject | None:
+        """What the store holds at `loc` now, read as `resolve` reads it (one GET, as a rule) but
+        neither kept nor counted as a resolution; None when nothing is there."""
+        try:
+            info, end = await self._suffix(loc)
+        except (errors.NoSuchKey, errors.NoSuchBucket):
+            return None
+        return await self.load(loc, info, end)
+
     async def _suffix(self, loc: Location) -> tuple[ObjectInfo, bytes | None]:
         """The object's info and its last `tail_guess` bytes (all of it when smaller), in one GET.
 
