@@ -12,7 +12,8 @@ Entries live in a `diskcache.Cache` directory, keyed by (version id, segment_no,
 id (cache.reader.version_id) names one stored version of an object: its random object id together with
 what each of its segments holds (salt, stored chunk sizes and CRC32Cs), so neither an overwritten object
 nor another completion of the same multipart upload can be served from an old entry; the old entries
-age out of the LRU. A delete through this instance drops its version's entries at once (`delete_many`). An entry is
+age out of the LRU, but for a deleted object's: a delete through this instance drops its version's
+entries at once (`delete_many`). An entry is
 
     kind (u8 = 4) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload || padding
 
