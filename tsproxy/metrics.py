@@ -133,8 +133,9 @@ class Metrics:
         )
         self.backend_up = Gauge(
             "tsproxy_backend_up",
-            "1 while the object store answers and accepts tsproxy's credentials, 0 while it does not "
-            "(set by the probes and by request outcomes).",
+            "1 while the object store serves tsproxy, 0 while it does not: unreachable, refusing "
+            "tsproxy's credentials, or answering server errors (5xx) (set by the probes and by request "
+            "outcomes).",
             registry=r,
         )
         self.backend_up.set(1)

@@ -491,8 +491,9 @@ ROWS: list[Row] = [
             ),
             Panel(
                 "Object store up",
-                "1 while the object store answers and accepts tsproxy's credentials, 0 while it does not "
-                "(from the probes and request outcomes). At 0, uploads and uncached reads get a fast 503 "
+                "1 while the object store serves tsproxy, 0 while it does not: unreachable, refusing "
+                "tsproxy's credentials, or answering server errors (5xx) (from the probes and request "
+                "outcomes). At 0, uploads and uncached reads get a fast 503 "
                 "with Retry-After while readiness stays up; TsproxyBackendDown fires after 2 minutes "
                 "(see docs/OPERATIONS.md).",
                 [Target(f"min by (instance) (tsproxy_backend_up{{{SEL}}})", "{{instance}}")],

@@ -102,11 +102,6 @@ def test_topic_deletion_empties_the_store(stack: Stack, expired: dict[str, objec
     wait_for(lambda: not [k for k in before if k in _catalog(stack)], 30, "catalog records are left")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tsproxy keeps the cached chunks of a deleted object until the cache's LRU evicts them "
-    "(sealed under the object's data key, whose wrapped copy left the store with the object)",
-)
 def test_deleted_segments_leave_no_cache_entries(stack: Stack, expired: dict[str, object]) -> None:
     versions: dict[str, bytes] = expired["versions"]  # type: ignore[assignment]
     gone = [k for k in versions if k not in stack.stored_keys(str(expired["prefix"]))]

@@ -16,6 +16,7 @@ from tests.store.store_helpers import key_st, keys_st, listing_cases, s3_listing
 from tsproxy import errors
 from tsproxy.store import listing, localnames, s3errors
 from tsproxy.store.base import (
+    StoreFault,
     check_part_list,
     multipart_etag,
     normalize_metadata,
@@ -272,13 +273,17 @@ def client_error(code: str, status: int, message: str = "m") -> botocore.excepti
         ("BucketAlreadyExists", 409, s3errors.BucketAlreadyExists, False),
         ("SlowDown", 503, errors.SlowDown, True),
         ("ServiceUnavailable", 503, errors.ServiceUnavailable, True),
-        ("InternalError", 500, errors.InternalError, True),
+        ("InternalError", 500, StoreFault, True),  # the store does not serve: its health counts it
         ("Throttling", 400, errors.SlowDown, True),
         ("404", 404, errors.NoSuchKey, False),  # HEAD: a status and no body
         ("403", 403, errors.AccessDenied, False),
         ("412", 412, errors.PreconditionFailed, False),
         ("503", 503, errors.ServiceUnavailable, True),
-        ("502", 502, errors.InternalError, True),
+        ("500", 500, StoreFault, True),
+        ("502", 502, StoreFault, True),
+        ("504", 504, StoreFault, True),
+        ("GatewayTimeout", 504, StoreFault, True),
+        ("NotImplemented", 501, errors.NotImplemented_, False),  # an answer: the store lacks a feature
         ("SignatureDoesNotMatch", 403, s3errors.BackendRefused, False),  # tsproxy's keys, not the client's
         ("InvalidAccessKeyId", 403, s3errors.BackendRefused, False),
     ],
@@ -297,7 +302,8 @@ def test_unknown_codes_keep_code_and_status() -> None:
     mapped = s3errors.to_s3_error(client_error("InvalidStorageClass", 400, "bad class"))
     assert isinstance(mapped, s3errors.BackendError)
     assert (mapped.code, mapped.status, mapped.message) == ("InvalidStorageClass", 400, "bad class")
-    assert type(s3errors.to_s3_error(client_error("Weird", 507))) is errors.InternalError
+    weird = s3errors.to_s3_error(client_error("Weird", 507))
+    assert isinstance(weird, StoreFault) and (weird.status, weird.answer) == (500, "507 Weird")
     assert (
         type(s3errors.to_s3_error(client_error("404", 404), not_found=errors.NoSuchBucket))
         is errors.NoSuchBucket

@@ -22,7 +22,7 @@ from tests.support.seaweed import SeaweedFS
 from tsproxy import errors
 from tsproxy.store import s3 as s3_module
 from tsproxy.store import s3errors
-from tsproxy.store.base import MIB
+from tsproxy.store.base import MIB, StoreFault
 from tsproxy.store.s3 import S3Backend
 
 MAX_ATTEMPTS = 4
@@ -155,7 +155,7 @@ async def test_object_replaced_during_resumption_is_an_error(
     ("fault", "expected"),
     [
         ("slowdown", errors.SlowDown),
-        ("internal_error", errors.InternalError),
+        ("internal_error", StoreFault),  # an InternalError to clients, the store down to its health
         ("drop", errors.ServiceUnavailable),
     ],
 )

@@ -12,7 +12,8 @@ Entries live in a `diskcache.Cache` directory, keyed by (version id, segment_no,
 id (cache.reader.version_id) names one stored version of an object: its random object id together with
 what each of its segments holds (salt, stored chunk sizes and CRC32Cs), so neither an overwritten object
 nor another completion of the same multipart upload can be served from an old entry; the old entries
-age out of the LRU. An entry is
+age out of the LRU, but for a deleted object's: a delete through this instance drops its version's
+entries at once (`delete_many`). An entry is
 
     kind (u8 = 4) || payload length (u32 BE) || CRC32C(key || payload) (u32 BE) || payload || padding
 
@@ -476,6 +477,19 @@ class ChunkCache:
             return [False] * len(keys)
         found = set(await self._run(lambda: [k for k in maybe if self._contains_sync(k)]))
         return [k in found for k in keys]
+
+    @property
+    def may_hold_entries(self) -> bool:
+        """False when the cache certainly holds no entry (no disk access)."""
+        return bool(self._known)
+
+    async def delete_many(self, keys: list[ChunkKey]) -> int:
+        """Delete the entries of `keys` (those of an object deleted from the store); how many there were.
+        Only keys that may have an entry are looked up, in one call off the event loop."""
+        maybe = [disk_key for disk_key in (k.to_bytes() for k in keys) if disk_key in self._known]
+        if not maybe:
+            return 0
+        return int(await self._run(lambda: sum(self._delete_sync(disk_key) for disk_key in maybe)))
 
     def _contains_sync(self, key: ChunkKey) -> bool:
         try:

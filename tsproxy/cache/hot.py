@@ -65,6 +65,12 @@ class HotChunks:
             _, dropped = self._chunks.popitem(last=False)
             self._bytes -= len(dropped)
 
+    def discard(self, key: ChunkKey | Sealed) -> None:
+        """Drop what is held under key, if anything."""
+        data = self._chunks.pop(key, None)
+        if data is not None:
+            self._bytes -= len(data)
+
     def clear(self) -> None:
         """Drop everything."""
         self._chunks.clear()

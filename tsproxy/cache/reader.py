@@ -265,6 +265,26 @@ class ChunkReader:
             self._versions.popitem(last=False)
         return version
 
+    @property
+    def caches_on_disk(self) -> bool:
+        """Whether chunks may be held on disk (a disk cache that is not certainly empty)."""
+        return self._cache is not None and self._cache.may_hold_entries
+
+    async def forget(self, manifest: Manifest) -> int:
+        """Drop every cached chunk of one stored version, from memory and disk: its object was deleted.
+        Returns the disk entries deleted. A download of one of its chunks still under way may land later,
+        to age out like any entry no reader asks for."""
+        version = version_id(manifest)
+        keys = [
+            ChunkKey(version, seg.segment_no, chunk_no)
+            for seg in manifest.segments
+            for chunk_no in range(len(seg.stored_sizes))
+        ]
+        for key in keys:
+            self._hot.discard(key)
+            self._hot.discard(Sealed(key))
+        return await self._cache.delete_many(keys) if self._cache is not None else 0
+
     async def close(self) -> None:
         """Cancel downloads under way; reads still running fail with ServiceUnavailable."""
         self._closed = True

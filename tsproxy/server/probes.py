@@ -7,7 +7,9 @@ object be written, read and deleted in the reserved namespace. Each answer is a 
 store may come back and the broker beside tsproxy must not be taken down with it.
 
 A probe's `failure` sets the store's up/down state (`store.health.BackendHealth`, the
-`tsproxy_backend_up` gauge), which request outcomes move too (`store.health.GuardedBackend`).
+`tsproxy_backend_up` gauge), which request outcomes move too (`store.health.GuardedBackend`). A store
+that answers a probe with a server error (500, 502, 504: `StoreFault`; 503) is down: it answers, but
+does not serve.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from tsproxy import errors
 from tsproxy.service.namespace import Location, Namespace
 from tsproxy.service.uploads.layout import Layout, probe_name
-from tsproxy.store.base import Backend, buckets_of
+from tsproxy.store.base import Backend, StoreFault, buckets_of
 from tsproxy.store.s3errors import BackendRefused
 
 log = logging.getLogger("tsproxy.backend")
@@ -87,6 +89,12 @@ def explain(error: BaseException, endpoint: str) -> Finding:
             False,
             f"backend {endpoint} refused tsproxy's credentials ({code}): check backend_access_key and "
             "backend_secret_key",
+        )
+    if isinstance(error, StoreFault):
+        return Finding(
+            "serving",
+            False,
+            f"backend {endpoint} answers {error.answer}: it is reachable but does not serve requests",
         )
     if isinstance(error, errors.ServiceUnavailable):
         return Finding("reachable", False, f"backend {endpoint}: {error}")

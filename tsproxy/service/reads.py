@@ -17,7 +17,7 @@ from tsproxy.service.records import (
     ObjectChanged,
     StoredObject,
 )
-from tsproxy.store.base import ObjectInfo, VersionRanges, aclose
+from tsproxy.store.base import ObjectInfo, StoreFault, VersionRanges, aclose
 
 
 class Reads:
@@ -51,10 +51,10 @@ class Reads:
         for attempt in range(3):
             try:
                 info, end = await self._suffix(loc)
-            except errors.ServiceUnavailable:
-                # The store cannot say whether the object changed (an outage, or its refusal of our
-                # credentials): an object resolved before is served as it was, within a bound. A
-                # SlowDown is the store answering, and is passed on instead.
+            except (errors.ServiceUnavailable, StoreFault):
+                # The store cannot say whether the object changed (an outage, a server error, or its
+                # refusal of our credentials): an object resolved before is served as it was, within a
+                # bound. A SlowDown is the store answering, and is passed on instead.
                 kept = self._stale(bucket, key)
                 if kept is None:
                     raise
@@ -132,6 +132,15 @@ class Reads:
             backend_metadata=dict(info.metadata),
             head_only=True,
         )
+
+    async def stored_at(self, loc: Location) -> StoredObject | None:
+        """What the store holds at `loc` now, read as `resolve` reads it (one GET, as a rule) but
+        neither kept nor counted as a resolution; None when nothing is there."""
+        try:
+            info, end = await self._suffix(loc)
+        except (errors.NoSuchKey, errors.NoSuchBucket):
+            return None
+        return await self.load(loc, info, end)
 
     async def _suffix(self, loc: Location) -> tuple[ObjectInfo, bytes | None]:
         """The object's info and its last `tail_guess` bytes (all of it when smaller), in one GET.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import logging
+import math
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 from tsproxy import errors
 from tsproxy.format import (
     ChunkCut,
+    Manifest,
     ObjectContext,
     SegmentEncoder,
     SegmentInfo,
@@ -41,6 +44,8 @@ from tsproxy.service.records import (
 )
 from tsproxy.store.base import ObjectInfo, multipart_of
 
+# Deleted objects whose stored version one DeleteObjects looks up at once (to drop their cached chunks).
+FORGET_LOOKUPS = 8
 # Chunks of one segment sealed at once, on any of the CPU pool's threads, beside the lane. On two cores a
 # broker's one-part-at-a-time upload is CPU-bound (client, event loop, store and the two threads share
 # them) and gains nothing over one; a single large PutObject gains a little, and more cores are there
@@ -51,6 +56,8 @@ SEALS_AHEAD = 2
 # enough that sealing seldom waits for them, few enough that each holds a couple of batches at most: two
 # lanes peak no higher than one did (benchmarks/proxy.py).
 LANE_AHEAD = 4
+
+log = logging.getLogger("tsproxy.service")
 
 
 class Writes:
@@ -269,26 +276,77 @@ class Writes:
 
     async def delete(self, bucket: str, key: str) -> None:
         loc = self.ns.object(bucket, key)
+        cached = await self._cached_versions(bucket, [(key, loc)])
         self.core.invalidate(bucket, key)
         await self.backend.delete(loc.bucket, loc.key)
         self.core.uncataloged(bucket, [key])
+        await self._forget(cached)
 
     async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
         """DeleteObjects: the keys that could not be deleted, each with an S3 error code and message."""
         failures: list[tuple[str, str, str]] = []
         by_name: dict[str, str] = {}
+        located: list[tuple[str, Location]] = []
         for key in keys:
-            self.core.invalidate(bucket, key)
             try:
-                by_name[self.ns.object(bucket, key).key] = key
+                loc = self.ns.object(bucket, key)
             except errors.S3Error as e:
                 failures.append((key, e.code, e.message))
+                continue
+            by_name[loc.key] = key
+            located.append((key, loc))
+        cached = await self._cached_versions(bucket, located)
+        for key in keys:
+            self.core.invalidate(bucket, key)
         backend_bucket = self.ns.root(bucket).bucket
         failed = await self.backend.delete_many(backend_bucket, list(by_name)) if by_name else []
         failures += [(by_name[name], code, msg) for name, code, msg in failed]
         gone = {by_name[name] for name, _, _ in failed}
         self.core.uncataloged(bucket, [k for k in by_name.values() if k not in gone])
+        await self._forget([(key, manifest) for key, manifest in cached if key not in gone])
         return failures
+
+    async def _cached_versions(
+        self, bucket: str, located: Sequence[tuple[str, Location]]
+    ) -> list[tuple[str, Manifest]]:
+        """The stored versions of objects about to be deleted whose chunks this instance may hold: the
+        version it resolved last (kept in memory), else, while its disk cache holds any chunk, the one
+        the store holds now (a ranged GET of its tail, FORGET_LOOKUPS at once). Chunk keys name versions,
+        not keys (cache.reader.version_id), so without the version its chunks cannot be found.
+        Passthrough objects have no chunks; one that cannot be read has none to find."""
+        found: list[tuple[str, Manifest]] = []
+        unknown: list[tuple[str, Location]] = []
+        for key, loc in located:
+            kept = self.core.resolved.stale((bucket, key), math.inf)
+            if kept is not None:
+                if kept[0].manifest is not None:
+                    found.append((key, kept[0].manifest))
+            elif self.core.reader.caches_on_disk:
+                unknown.append((key, loc))
+        if not unknown:
+            return found
+        slots = asyncio.Semaphore(FORGET_LOOKUPS)
+
+        async def stored(loc: Location) -> Manifest | None:
+            async with slots:
+                try:
+                    obj = await self.reads.stored_at(loc)
+                except Exception as e:  # the delete itself says what is wrong with the store
+                    log.debug("no stored version to forget: %s", type(e).__name__)
+                    return None
+            return obj.manifest if obj is not None else None
+
+        manifests = await asyncio.gather(*(stored(loc) for _, loc in unknown))
+        found += [(key, m) for (key, _), m in zip(unknown, manifests, strict=True) if m is not None]
+        return found
+
+    async def _forget(self, cached: Sequence[tuple[str, Manifest]]) -> None:
+        """Drop the cached chunks of deleted objects' versions from this instance's caches."""
+        for _, manifest in cached:
+            try:
+                await self.core.reader.forget(manifest)
+            except Exception:  # the cache is an optimisation: its failure never fails a delete
+                log.warning("cached chunks of a deleted object not dropped", exc_info=True)
 
     async def copy(
         self,

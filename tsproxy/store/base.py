@@ -33,6 +33,7 @@ __all__ = [  # the S3 limits are re-exported: the backends and their callers tak
     "MultipartCapable",
     "ObjectInfo",
     "ObjectReader",
+    "StoreFault",
     "UploadInfo",
     "Uploads",
     "VersionRanges",
@@ -51,6 +52,26 @@ __all__ = [  # the S3 limits are re-exported: the backends and their callers tak
 ]
 
 DEFAULT_PART_SIZE = 25 * MIB
+
+
+class StoreFault(errors.InternalError):  # type: ignore[misc,valid-type]
+    """The store answered a server error (500, 502, 504 ...) after every retry: its front door is up, yet
+    it does not serve (an S3 gateway whose volumes are down, say).
+
+    Clients get the 500 InternalError S3 gives; the store's health counts it as the store being down, as
+    it does 503 ServiceUnavailable. Throttling (503 SlowDown, 429) and 501 NotImplemented are answers.
+    """
+
+    def __init__(self, status: int, code: str, message: str | None = None, **fields: str) -> None:
+        super().__init__(message or f"The storage backend answered {code}.", **fields)
+        self.backend_status = status
+        self.backend_code = code
+
+    @property
+    def answer(self) -> str:
+        """What the store answered, for a person: "500 InternalError", "502"."""
+        status = str(self.backend_status) if self.backend_status else ""
+        return " ".join(dict.fromkeys(part for part in (status, self.backend_code) if part))
 
 
 @dataclass(frozen=True)

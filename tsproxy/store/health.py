@@ -1,10 +1,20 @@
 """Whether the object store is up, and the one wrapper through which its health meets the request path.
 
-`BackendHealth` holds the up/down state. Probes (server.probes) set it; request outcomes move it too:
-three requests in a row that end unavailable (after their retries) mark the store down, any answer
-marks it up. While it is down, `GuardedBackend` answers 503 at once instead of letting every request
-wait out its retries and timeouts, and lets one request through every few seconds to see whether the
-store is back. Cached reads never reach the backend and go on.
+`BackendHealth` holds the up/down state: whether the store serves, not merely whether it answers.
+Probes (server.probes) set it; request outcomes move it too: three requests in a row that fail for the
+store's sake (after their retries) mark the store down, any other answer marks it up. Failing for the
+store's sake is not reaching it (or its refusing tsproxy's credentials: ServiceUnavailable) and its
+answering a server error, 500, 502, 503 or 504 (`StoreFault`): an S3 gateway whose volumes are down
+answers every request, and serves none. Throttling (503 SlowDown, 429) is the store serving, but busy:
+it is retried more patiently and passed on, and never marks the store down. Nor is an answer about the
+object or bucket (NoSuchKey, PreconditionFailed ...) or 501 NotImplemented.
+
+While it is down, `GuardedBackend` answers 503 at once instead of letting every request wait out its
+retries and timeouts, and lets one request through every few seconds to see whether the store is back
+(a trial that fails gets the same 503). A probe that passes brings it back, unless a request got a server
+error since the probe before: the probes only ask about the bucket, which a store may answer while every
+object request fails (a store that could not be reached, and now can, is back). Cached reads never reach
+the backend and go on.
 
 `GuardedBackend` spells out every backend operation it guards (the object path, multipart uploads and
 bucket administration); lifecycle (`start`, `close`) and `ping` go to the store untouched, and the
@@ -14,6 +24,7 @@ probes use the store as opened, not this wrapper, so they can see it come back.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -29,6 +40,7 @@ from tsproxy.store.base import (
     MultipartCapable,
     ObjectInfo,
     ObjectReader,
+    StoreFault,
     Uploads,
     buckets_of,
     multipart_of,
@@ -54,6 +66,18 @@ def unavailable(reason: str) -> errors.S3Error:
     )
 
 
+def fails_store(error: BaseException) -> bool:
+    """Whether a backend request's failure says the store does not serve (see the module docstring)."""
+    return isinstance(error, (errors.ServiceUnavailable, StoreFault))
+
+
+def reason_of(error: errors.S3Error) -> str:
+    """Why the store is down, from a failed request: a sentence for the log and the clients' 503."""
+    if isinstance(error, StoreFault):
+        return f"it answers {error.answer}"
+    return str(error.message).rstrip(".")
+
+
 class BackendHealth:
     """Whether the object store is up, from probes and request outcomes.
 
@@ -76,24 +100,37 @@ class BackendHealth:
         self.reason = ""
         self._failures = 0
         self._last_trial = 0.0  # when the store went down, or the last trial request went through
+        self._last_fault = -math.inf  # when a request last got a server error (StoreFault)
+        self._last_probe = -math.inf
         if on_change is not None:
             on_change(True)
 
     def probed(self, failure: str | None) -> None:
-        """A probe's result: the message of the first failure that makes the store unusable, or None."""
+        """A probe's result: the message of the first failure that makes the store unusable, or None.
+
+        A probe that passes does not bring the store back while requests keep getting server errors: it
+        stays down when one got one since the probe before (see the module docstring).
+        """
+        now = self.clock()
+        previous, self._last_probe = self._last_probe, now
+        if failure is None and not self.up and self._last_fault >= previous:
+            return
         self._set(failure is None, failure or "")
 
     def outcome(self, error: BaseException | None) -> None:
         """A backend request's outcome (after its retries)."""
-        if error is None or not isinstance(error, errors.ServiceUnavailable):
-            # Any answer but "unavailable" means the store is there (NoSuchKey is an answer).
+        if error is None or not fails_store(error):
+            # Any other answer means the store serves (NoSuchKey and SlowDown are answers).
             if error is None or isinstance(error, errors.S3Error):
                 self._failures = 0
                 self._set(True, "")
             return
+        assert isinstance(error, errors.S3Error)
         self._failures += 1
+        if isinstance(error, StoreFault):
+            self._last_fault = self.clock()
         if self._failures >= self.trip_after or not self.up:
-            self._set(False, str(error.message).rstrip("."))
+            self._set(False, reason_of(error))
 
     def admit(self) -> None:
         """Raise the 503 clients get while the store is down, except for one trial now and then."""
@@ -152,6 +189,12 @@ class GuardedBackend:
             refused = BackendRefused("AccessDenied")
             health.outcome(refused)
             raise refused from e
+        except StoreFault as e:
+            health.outcome(e)
+            if health.up:
+                raise
+            # The store is down (now, or still, after a trial): the 503 every other request gets.
+            raise unavailable(health.reason) from e
         except errors.S3Error as e:
             health.outcome(e)
             raise

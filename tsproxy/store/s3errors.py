@@ -4,7 +4,8 @@ Errors that concern the object or bucket (NoSuchKey, PreconditionFailed, EntityT
 through as the same typed error, so the server answers its own client as the backend answered it.
 Errors that concern tsproxy's own credentials, signature or clock become `BackendRefused`, a 503 that
 names the object store: the client did nothing wrong, and an AccessDenied would make it doubt its own
-keys. Connection failures, 5xx answers and throttling are retryable.
+keys. Connection failures, 5xx answers and throttling are retryable; a 5xx that outlasts the retries
+(but for 503 and 501, which have their own types) is a `StoreFault`, which the store's health counts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import botocore.exceptions
 
 from tsproxy import errors
 from tsproxy.errors import S3Error
+from tsproxy.store.base import StoreFault
 
 
 class BucketAlreadyExists(S3Error):
@@ -170,9 +172,13 @@ def to_s3_error(
         cls = BY_CODE.get(code)
         if cls is None and code.isascii() and code.isdigit():
             cls = not_found if status == 404 else BY_STATUS.get(status)
+        if cls is errors.InternalError:
+            return StoreFault(status, code, message if message and not code.isdigit() else None, **fields)
         if cls is not None:
             return cls(message if message and not code.isdigit() else None, **fields)
-        if status >= 500 or status == 0:
+        if status >= 500:  # 502 Bad Gateway, 504 Gateway Timeout and codes of the store's own
+            return StoreFault(status, code)
+        if status == 0:
             return errors.InternalError(f"The storage backend answered {code}.")
         return BackendError(code, status, message, **fields)
     if isinstance(error, CONNECTION_ERRORS):
