@@ -8,7 +8,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tsproxy.service import paging
-from tsproxy.service.namespace import ESCAPED, INTERNAL, Namespace, backend_name, client_name, stored_as_is
+from tsproxy.service.namespace import (
+    ESCAPED,
+    INTERNAL,
+    RESERVED_START,
+    Namespace,
+    backend_name,
+    client_name,
+    prefix_reachable,
+    shares_reserved_start,
+    stored_as_is,
+)
 
 # Keys built from the pieces that trip backends up: slashes, dots, percent signs, the reserved names.
 PIECES = [
@@ -91,6 +101,29 @@ def test_internal_state_and_unreachable_names_have_no_client_key() -> None:
     assert ns.client_key("b", "p/b//raw") is None  # written past tsproxy, unreachable through it
     assert ns.client_key("b", ns.object("b", ".tsproxy/mpu/1/state").key) == ".tsproxy/mpu/1/state"
     assert stored_as_is("topic-0/00000000000000000000-abc.log")
+
+
+@given(keys, st.integers(0, 40))
+def test_a_prefix_is_hidden_only_when_no_key_stored_as_it_is_lies_under_it(key: str, cut: int) -> None:
+    """Every start of a key stored as it is may be shown as a common prefix; a prefix refused holds
+    only escaped or reserved keys, whatever follows it."""
+    start = key[: min(cut, len(key))]
+    if stored_as_is(key):
+        assert prefix_reachable(start) or not start
+    if start and not prefix_reachable(start):
+        assert not stored_as_is(key)
+
+
+def test_prefixes_a_delimiter_cuts_from_the_reserved_name() -> None:
+    assert [p for p in (RESERVED_START[:n] for n in range(1, 9)) if shares_reserved_start(p)] == [
+        ".", ".t", ".ts", ".tsp", ".tspr", ".tspro", ".tsprox"
+    ]
+    assert not shares_reserved_start("") and not shares_reserved_start(".tsproxy")
+    assert not shares_reserved_start("a.") and not shares_reserved_start(".tx")
+    # `.` and `..` as the last, unfinished segment grow into keys (`.a`, `..b`); as a whole one, never.
+    assert prefix_reachable(".") and prefix_reachable("a/..") and prefix_reachable("a/.")
+    assert not prefix_reachable("./") and not prefix_reachable("a/../") and not prefix_reachable(".tsproxy")
+    assert not prefix_reachable("/a") and not prefix_reachable("a//") and not prefix_reachable("a\\")
 
 
 @given(

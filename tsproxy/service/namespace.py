@@ -43,6 +43,25 @@ def stored_as_is(key: str) -> bool:
     return not any(segment in (".", "..") for segment in key.split("/"))
 
 
+def prefix_reachable(prefix: str) -> bool:
+    """True when a key stored as it is may start with `prefix` (a common prefix a listing rolled up).
+
+    False when every key under it is escaped or reserved: it starts with `/` or `.tsproxy`, or holds
+    `//`, a folded character or a whole `.` or `..` segment. Its last segment may still grow into a
+    key's (`.` into `.a`), so a prefix is not judged as a key (`stored_as_is`) would be.
+    """
+    if prefix.startswith(("/", RESERVED_START)) or "//" in prefix or _FOLDED_ANYWHERE.search(prefix):
+        return False
+    return not any(segment in (".", "..") for segment in prefix.split("/")[:-1])
+
+
+def shares_reserved_start(prefix: str) -> bool:
+    """True when `prefix` is a proper start of `.tsproxy` (`.`, `.t`, ... `.tsprox`): a backend's listing
+    may roll its reserved names up into it, alone or with client keys, so only a look at what it holds
+    tells whether a client sees it."""
+    return 0 < len(prefix) < len(RESERVED_START) and RESERVED_START.startswith(prefix)
+
+
 def _escape(key: str) -> str:
     out: list[str] = []
     segment_start = 0
