@@ -115,9 +115,8 @@ def test_a_prefix_is_hidden_only_when_no_key_stored_as_it_is_lies_under_it(key: 
 
 
 def test_prefixes_a_delimiter_cuts_from_the_reserved_name() -> None:
-    assert [p for p in (RESERVED_START[:n] for n in range(1, 9)) if shares_reserved_start(p)] == [
-        ".", ".t", ".ts", ".tsp", ".tspr", ".tspro", ".tsprox"
-    ]
+    starts = [RESERVED_START[:n] for n in range(1, 9)]
+    assert [p for p in starts if shares_reserved_start(p)] == starts[:-1]  # all but `.tsproxy` itself
     assert not shares_reserved_start("") and not shares_reserved_start(".tsproxy")
     assert not shares_reserved_start("a.") and not shares_reserved_start(".tx")
     # `.` and `..` as the last, unfinished segment grow into keys (`.a`, `..b`); as a whole one, never.
