@@ -112,7 +112,6 @@ def test_a_completed_upload_takes_no_more_parts(restartable: Any) -> None:
 
 
 @pytest.mark.seaweed
-@pytest.mark.xfail(strict=True, reason="issue 31 finding 5: mapped mode does not check that a bucket exists")
 @pytest.mark.parametrize("bucket", ["never-created", "UPPER", "a_b", ".tsproxy"])
 def test_mapped_mode_serves_only_created_buckets(seaweed: SeaweedFS, restartable: Any, bucket: str) -> None:
     proxy = restartable("seaweed", backend_bucket=seaweed.new_bucket("shared"))
@@ -122,6 +121,82 @@ def test_mapped_mode_serves_only_created_buckets(seaweed: SeaweedFS, restartable
     assert exc.value.response["Error"]["Code"] in ("NoSuchBucket", "InvalidBucketName")
     with pytest.raises(ClientError):
         s3.get_object(Bucket=bucket, Key="k")
+    for call, params in [
+        (s3.head_object, {"Key": "k"}),
+        (s3.delete_object, {"Key": "k"}),
+        (s3.delete_objects, {"Delete": {"Objects": [{"Key": "k"}]}}),
+        (s3.list_objects_v2, {}),
+        (s3.create_multipart_upload, {"Key": "k"}),
+    ]:
+        with pytest.raises(ClientError) as exc:
+            call(Bucket=bucket, **params)
+        assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404, call
+
+
+@pytest.mark.seaweed
+def test_bucket_dot_tsproxy_never_reaches_the_probes_of_a_mapped_store(
+    seaweed: SeaweedFS, restartable: Any
+) -> None:
+    """`<prefix>.tsproxy/` holds what `serve --check` writes; a client bucket `.tsproxy` would be there."""
+    shared = seaweed.new_bucket("shared")
+    s3 = restartable("seaweed", backend_bucket=shared, backend_prefix="t/").client()
+    seaweed.boto3_client().put_object(Bucket=shared, Key="t/.tsproxy/probe-0123456789abcdef", Body=b"p")
+    seaweed.boto3_client().put_object(Bucket=shared, Key="t/.tsproxy/.tsproxy/bucket", Body=b"")
+    for call, params in [
+        (s3.get_object, {"Key": "probe-0123456789abcdef"}),
+        (s3.delete_object, {"Key": "probe-0123456789abcdef"}),
+        (s3.list_objects_v2, {}),
+        (s3.put_object, {"Key": "probe-0123456789abcdef", "Body": b"x"}),
+    ]:
+        with pytest.raises(ClientError) as exc:
+            call(Bucket=".tsproxy", **params)
+        assert exc.value.response["Error"]["Code"] == "NoSuchBucket", call
+    assert ".tsproxy" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    probe = seaweed.boto3_client().get_object(Bucket=shared, Key="t/.tsproxy/probe-0123456789abcdef")
+    assert probe["Body"].read() == b"p"
+
+
+def _backend_requests(proxy: Any) -> dict[str, float]:
+    """tsproxy_backend_requests_total by operation, as tsproxy counts them."""
+    counts: dict[str, float] = {}
+    for metric in proxy.proxy.proxy.metrics.registry.collect():
+        if metric.name == "tsproxy_backend_requests":
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    op = sample.labels["operation"]
+                    counts[op] = counts.get(op, 0.0) + sample.value
+    return counts
+
+
+@pytest.mark.seaweed
+def test_a_mapped_bucket_is_checked_once_per_metadata_ttl_and_never_remembered_missing(
+    seaweed: SeaweedFS, restartable: Any
+) -> None:
+    """Object requests check their bucket without a backend request each; a bucket created through
+    another instance is there at once, and one deleted through this instance is gone at once."""
+    shared = seaweed.new_bucket("shared")
+    settings = {"backend_bucket": shared, "metadata_ttl": "1h", "janitor_interval": "0"}
+    one = restartable("seaweed", **settings)
+    other = restartable("seaweed", key_ring=str(one.tmp / "ring.json"), **settings)
+    s3, s3_other = one.client(), other.client()
+    bucket = f"h-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(ClientError):
+        s3.put_object(Bucket=bucket, Key="early", Body=b"x")
+    s3_other.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k0", Body=b"x")  # found now: no absence is remembered
+    before = _backend_requests(one)
+    for n in range(1, 6):
+        s3.put_object(Bucket=bucket, Key=f"k{n}", Body=b"x")
+    for n in range(6):
+        assert s3_other.get_object(Bucket=bucket, Key=f"k{n}")["Body"].read() == b"x"
+    spent = {op: n - before.get(op, 0.0) for op, n in _backend_requests(one).items()}
+    assert spent.get("HeadObject", 0) == 0 and spent.get("PutObject") == 5
+    for n in range(6):
+        s3.delete_object(Bucket=bucket, Key=f"k{n}")
+    s3.delete_bucket(Bucket=bucket)
+    with pytest.raises(ClientError) as exc:
+        s3.put_object(Bucket=bucket, Key="late", Body=b"x")
+    assert exc.value.response["Error"]["Code"] == "NoSuchBucket"
 
 
 @pytest.mark.parametrize("kind", ["local", pytest.param("seaweed", marks=pytest.mark.seaweed)])

@@ -68,7 +68,7 @@ class Listing:
         listing looks there too and merges them in client order; when there are none, which is the
         usual case, later pages never look again and the backend's tokens pass through.
         """
-        await self.core.head_bucket(bucket) if self.ns.mapped else None
+        await self.core.check_bucket(bucket)
         root = self.ns.root(bucket)
         cursor = paging.parse_token(token)
         after = paging.later(start_after, cursor.after)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tsproxy import errors
 from tsproxy.s3.limits import MAX_KEY_BYTES
+from tsproxy.s3.routing import check_bucket_name
 
 INTERNAL = ".tsproxy/"  # tsproxy's state: multipart uploads, size catalog, bucket markers
 ESCAPED = ".tsproxy~"  # client keys that cannot be stored as they are
@@ -112,7 +113,8 @@ class Namespace:
     """Maps client buckets and keys to backend locations.
 
     By default a client bucket is the backend bucket of the same name. With `backend_bucket` set, every
-    client bucket becomes a prefix `<backend_prefix><bucket>/` inside that one backend bucket.
+    client bucket becomes a prefix `<backend_prefix><bucket>/` inside that one backend bucket, and only
+    a name CreateBucket takes names one (`addressable`): `.tsproxy` would be tsproxy's own prefix there.
     """
 
     def __init__(self, backend_bucket: str | None = None, backend_prefix: str = "") -> None:
@@ -123,10 +125,25 @@ class Namespace:
     def mapped(self) -> bool:
         return self.backend_bucket is not None
 
+    def addressable(self, bucket: str) -> bool:
+        """Whether `bucket` can name a client bucket: any name when client buckets are the backend's
+        own (the backend answers for them); in a mapped namespace only a name CreateBucket accepts, so
+        that no bucket's prefix is tsproxy's own (`.tsproxy`) or reaches into another's."""
+        if self.backend_bucket is None:
+            return True
+        try:
+            check_bucket_name(bucket, strict=True)
+        except errors.InvalidBucketName:
+            return False
+        return True
+
     def root(self, bucket: str) -> Location:
-        """The backend bucket and the key prefix under which a client bucket's objects live."""
+        """The backend bucket and the key prefix under which a client bucket's objects live; NoSuchBucket
+        for a name no client bucket can have (`addressable`)."""
         if self.backend_bucket is None:
             return Location(bucket, "")
+        if not self.addressable(bucket):
+            raise errors.NoSuchBucket(BucketName=bucket)
         return Location(self.backend_bucket, f"{self.backend_prefix}{bucket}/")
 
     def object(self, bucket: str, key: str) -> Location:

@@ -47,6 +47,7 @@ class Reads:
             return cached
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
+        await self.core.check_bucket(bucket)
         loc = self.ns.object(bucket, key)
         for attempt in range(3):
             try:
@@ -103,6 +104,7 @@ class Reads:
             if index is None and self.catalog is not None:
                 self.catalog.load_soon(bucket)  # the bucket exists: later HEADs may skip the tail
             return obj
+        await self.core.check_bucket(bucket)
         loc = self.ns.object(bucket, key)
         try:
             info = await self.backend.head(loc.bucket, loc.key)
