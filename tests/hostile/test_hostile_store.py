@@ -275,16 +275,27 @@ def test_a_delimiter_neither_leaks_nor_hides(restartable: Any, kind: str, delimi
     assert listed == {k for k in keys if delimiter not in k}
 
 
-@pytest.mark.parametrize("kind", ["local", pytest.param("seaweed", marks=pytest.mark.seaweed)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "local",
+        pytest.param("seaweed", marks=pytest.mark.seaweed),
+        pytest.param("mapped", marks=pytest.mark.seaweed),
+    ],
+)
 @pytest.mark.parametrize(
     ("prefix", "delimiter"), [("", "t"), ("", "x"), ("", "s"), (".", "p"), (".ts", "o"), (".t", "/")]
 )
 def test_a_prefix_shared_with_internal_state_is_shown_only_for_client_keys(
-    restartable: Any, kind: str, prefix: str, delimiter: str
+    request: pytest.FixtureRequest, restartable: Any, kind: str, prefix: str, delimiter: str
 ) -> None:
     """Client keys that share the start of `.tsproxy` roll up as S3 rolls them, next to internal state
     that must not show (`.t` for `.txt`, not for `.tsproxy/`; `.tsprox` for `.tsproxz`)."""
-    s3 = restartable(kind, upload_records="eager").client()
+    settings: dict[str, str] = {"upload_records": "eager"}
+    if kind == "mapped":  # the bucket's own marker is internal state too, under `<prefix><bucket>/`
+        kind, settings["backend_bucket"] = "seaweed", request.getfixturevalue("seaweed").new_bucket("shared")
+        settings["backend_prefix"] = "t/"
+    s3 = restartable(kind, **settings).client()
     bucket = f"h-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=bucket)
     s3.create_multipart_upload(Bucket=bucket, Key="held")
