@@ -207,10 +207,18 @@ class ServiceCore:
 
         In a mapped namespace a bucket is its marker, and a prefix without one is no bucket: its
         existence is asked at most once per metadata_ttl (a bucket deleted through another instance may
-        take objects that long). Otherwise the backend's own bucket answers at the request itself.
+        take objects that long). While the store cannot answer, a bucket seen before is believed for as
+        long as objects resolved before are served (stale_if_error), so that cached reads go on.
+        Otherwise the backend's own bucket answers at the request itself.
         """
-        if self.ns.mapped and not self.buckets_seen.get(bucket):
+        if not self.ns.mapped or self.buckets_seen.get(bucket):
+            return
+        try:
             await self.head_bucket(bucket)
+        except errors.ServiceUnavailable:
+            bound = self.stale_if_error
+            if bound <= 0 or self.buckets_seen.stale(bucket, bound) is None:
+                raise
 
     def bucket_exists(self, bucket: str) -> None:
         """Note a client bucket of a mapped namespace found or made."""
