@@ -172,13 +172,20 @@ def test_an_instance_that_took_parts_sees_the_upload_completed_elsewhere(restart
 @pytest.mark.seaweed
 @pytest.mark.parametrize("bucket", ["never-created", "UPPER", "a_b", ".tsproxy"])
 def test_mapped_mode_serves_only_created_buckets(seaweed: SeaweedFS, restartable: Any, bucket: str) -> None:
-    proxy = restartable("seaweed", backend_bucket=seaweed.new_bucket("shared"))
+    shared = seaweed.new_bucket("shared")
+    proxy = restartable("seaweed", backend_bucket=shared)
     s3 = proxy.client()
     with pytest.raises(ClientError) as exc:
         s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     assert exc.value.response["Error"]["Code"] in ("NoSuchBucket", "InvalidBucketName")
     with pytest.raises(ClientError):
         s3.get_object(Bucket=bucket, Key="k")
+    # An object under the prefix (written past tsproxy) makes no bucket of it either.
+    seaweed.boto3_client().put_object(Bucket=shared, Key=f"{bucket}/there", Body=b"x")
+    for read in (s3.get_object, s3.head_object):
+        with pytest.raises(ClientError) as exc:
+            read(Bucket=bucket, Key="there")
+        assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404, read
     for call, params in [
         (s3.head_object, {"Key": "k"}),
         (s3.delete_object, {"Key": "k"}),

@@ -47,7 +47,6 @@ class Reads:
             return cached
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
-        await self.core.check_bucket(bucket)
         loc = self.ns.object(bucket, key)
         for attempt in range(3):
             try:
@@ -65,6 +64,10 @@ class Reads:
                 # client's (and a HEAD's 404 has no body to tell a missing key from a missing bucket).
                 await self.core.head_bucket(bucket)
                 raise errors.NoSuchKey(Key=key) from None
+            # Found: under a mapped namespace, an object is there only in a bucket that was created
+            # (asked after the object, so that a read costs its own requests first and this one at most
+            # once per metadata_ttl).
+            await self.core.check_bucket(bucket)
             try:
                 obj = await self.load(loc, info, end)
             except errors.PreconditionFailed:
@@ -104,13 +107,13 @@ class Reads:
             if index is None and self.catalog is not None:
                 self.catalog.load_soon(bucket)  # the bucket exists: later HEADs may skip the tail
             return obj
-        await self.core.check_bucket(bucket)
         loc = self.ns.object(bucket, key)
         try:
             info = await self.backend.head(loc.bucket, loc.key)
         except (errors.NoSuchKey, errors.NoSuchBucket):
             await self.core.head_bucket(bucket)
             raise errors.NoSuchKey(Key=key) from None
+        await self.core.check_bucket(bucket)
         record = index.lookup(key, info.etag, info.size)
         if record is None or record.head is None or META_FORMAT not in info.metadata:
             if self.metrics is not None:
