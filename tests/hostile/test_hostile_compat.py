@@ -133,15 +133,15 @@ def test_part_numbers_s3_refuses(served: tuple[RunningProxy, str], raw: str) -> 
 def test_backend_errors_name_the_clients_key(mapped: bool) -> None:
     ns = Namespace("shared", "tenant/") if mapped else Namespace()
     for key in ("plain.log", "/escaped", "a\\b"):
-        backend = ns.object("b", key)
+        backend = ns.object("bkt", key)
         err = errors.NoSuchKey(Key=backend.key, BucketName=backend.bucket)
-        in_client_names(err, ns, "b", key)
-        assert (err.fields["Key"], err.fields["BucketName"]) == (key, "b")
+        in_client_names(err, ns, "bkt", key)
+        assert (err.fields["Key"], err.fields["BucketName"]) == (key, "bkt")
         # The source of a copy (another key of the bucket) is named as the client knows it too.
         err = errors.NoSuchKey(Key=backend.key)
-        in_client_names(err, ns, "b", "destination")
+        in_client_names(err, ns, "bkt", "destination")
         assert err.fields["Key"] == key
     # tsproxy's own state is never named.
-    err = errors.NoSuchKey(Key=ns.internal("b", "mpu/x/state").key)
-    in_client_names(err, ns, "b", "k")
+    err = errors.NoSuchKey(Key=ns.internal("bkt", "mpu/x/state").key)
+    in_client_names(err, ns, "bkt", "k")
     assert "Key" not in err.fields

@@ -23,9 +23,9 @@ def test_where_each_key_lives() -> None:
     data = plain.part_data("b", upload, 7).key
     assert data.startswith(".tsproxy/mpu/tok.YmFja2VuZA/00007-") and len(data.rpartition("-")[2]) == 16
     assert plain.completed("b", "u1") == Location("b", ".tsproxy/mpu-done/u1")
-    assert mapped.bucket_marker("b") == Location("one", "pre/b/.tsproxy/bucket")
-    assert mapped.catalog("b") == Location("one", "pre/b/.tsproxy/catalog/")
-    assert mapped.uploads("b") == Location("one", "pre/b/.tsproxy/mpu/")
+    assert mapped.bucket_marker("bkt") == Location("one", "pre/bkt/.tsproxy/bucket")
+    assert mapped.catalog("bkt") == Location("one", "pre/bkt/.tsproxy/catalog/")
+    assert mapped.uploads("bkt") == Location("one", "pre/bkt/.tsproxy/mpu/")
     assert mapped.mapped_reserved() == Location("one", "pre/.tsproxy/")
     assert plain.mapped_reserved() is None and layout.probe_name().startswith("probe-")
     assert mapped.is_bucket_marker("pre/b/.tsproxy/bucket") and not plain.is_bucket_marker(".tsproxy/bucket")

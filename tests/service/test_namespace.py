@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tsproxy import errors
 from tsproxy.service import paging
-from tsproxy.service.namespace import ESCAPED, INTERNAL, Namespace, backend_name, client_name, stored_as_is
+from tsproxy.service.namespace import (
+    ESCAPED,
+    INTERNAL,
+    RESERVED_START,
+    Namespace,
+    backend_name,
+    client_name,
+    prefix_reachable,
+    shares_reserved_start,
+    stored_as_is,
+)
 
 # Keys built from the pieces that trip backends up: slashes, dots, percent signs, the reserved names.
 PIECES = [
@@ -86,11 +98,33 @@ def test_backslashes_and_nul_are_escaped_and_nothing_else_moves() -> None:
 
 def test_internal_state_and_unreachable_names_have_no_client_key() -> None:
     ns = Namespace("shared", "p/")
-    assert ns.client_key("b", ns.internal("b", "mpu/1/state").key) is None
-    assert ns.client_key("b", "p/b/" + ESCAPED + "%2") is None  # not an output of the mapping
-    assert ns.client_key("b", "p/b//raw") is None  # written past tsproxy, unreachable through it
-    assert ns.client_key("b", ns.object("b", ".tsproxy/mpu/1/state").key) == ".tsproxy/mpu/1/state"
+    assert ns.client_key("bkt", ns.internal("bkt", "mpu/1/state").key) is None
+    assert ns.client_key("bkt", "p/bkt/" + ESCAPED + "%2") is None  # not an output of the mapping
+    assert ns.client_key("bkt", "p/bkt//raw") is None  # written past tsproxy, unreachable through it
+    assert ns.client_key("bkt", ns.object("bkt", ".tsproxy/mpu/1/state").key) == ".tsproxy/mpu/1/state"
     assert stored_as_is("topic-0/00000000000000000000-abc.log")
+
+
+@given(keys, st.integers(0, 40))
+def test_a_prefix_is_hidden_only_when_no_key_stored_as_it_is_lies_under_it(key: str, cut: int) -> None:
+    """Every start of a key stored as it is may be shown as a common prefix; a prefix refused holds
+    only escaped or reserved keys, whatever follows it."""
+    start = key[: min(cut, len(key))]
+    if stored_as_is(key):
+        assert prefix_reachable(start) or not start
+    if start and not prefix_reachable(start):
+        assert not stored_as_is(key)
+
+
+def test_prefixes_a_delimiter_cuts_from_the_reserved_name() -> None:
+    starts = [RESERVED_START[:n] for n in range(1, 9)]
+    assert [p for p in starts if shares_reserved_start(p)] == starts[:-1]  # all but `.tsproxy` itself
+    assert not shares_reserved_start("") and not shares_reserved_start(".tsproxy")
+    assert not shares_reserved_start("a.") and not shares_reserved_start(".tx")
+    # `.` and `..` as the last, unfinished segment grow into keys (`.a`, `..b`); as a whole one, never.
+    assert prefix_reachable(".") and prefix_reachable("a/..") and prefix_reachable("a/.")
+    assert not prefix_reachable("./") and not prefix_reachable("a/../") and not prefix_reachable(".tsproxy")
+    assert not prefix_reachable("/a") and not prefix_reachable("a//") and not prefix_reachable("a\\")
 
 
 @given(
@@ -135,3 +169,18 @@ def test_merged_paging_lists_every_key_once(
         raise AssertionError("the listing never ended")
     assert sorted(seen, key=paging.order) == sorted(wanted, key=paging.order)
     assert len(seen) == len(set(seen))
+
+
+def test_a_mapped_namespace_has_room_only_for_names_createbucket_takes() -> None:
+    """`.tsproxy` would be the prefix of tsproxy's own objects; other refused names were never created."""
+    ns = Namespace("shared", "p/")
+    for name in (".tsproxy", "UPPER", "a_b", "...", "ab", "a..b", "192.168.0.1"):
+        assert not ns.addressable(name)
+        with pytest.raises(errors.NoSuchBucket):
+            ns.root(name)
+        with pytest.raises(errors.NoSuchBucket):
+            ns.object(name, "k")
+        with pytest.raises(errors.NoSuchBucket):
+            ns.internal(name, "x")
+    assert ns.addressable("tiered-storage") and ns.root("tiered-storage").key == "p/tiered-storage/"
+    assert Namespace().addressable("UPPER") and Namespace().root("a_b").bucket == "a_b"  # the backend's

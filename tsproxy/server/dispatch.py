@@ -51,7 +51,7 @@ def in_client_names(err: errors.S3Error, ns: Namespace, bucket: str | None, key:
     if ns.mapped and err.fields.get("BucketName") == ns.backend_bucket:
         err.fields["BucketName"] = bucket
     name = err.fields.get("Key")
-    if name is None or name == key:
+    if name is None or name == key or not ns.addressable(bucket):
         return
     root = ns.root(bucket).key
     if key is not None and name == root + _backend_name(key):

@@ -8,7 +8,6 @@ from tsproxy import errors
 from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service.core import ServiceCore
 from tsproxy.service.listing import Listing
-from tsproxy.service.namespace import INTERNAL
 from tsproxy.store.base import buckets_of
 
 
@@ -31,8 +30,9 @@ class Buckets:
             self.ns.backend_bucket, prefix=self.ns.backend_prefix, delimiter="/", max_keys=MAX_LIST_KEYS
         )
         names = [p[len(self.ns.backend_prefix) :].rstrip("/") for p in page.common_prefixes]
-        # `<prefix>.tsproxy/` holds tsproxy's own objects (serve --check's probe), never a bucket.
-        return [(n, datetime.fromtimestamp(0, UTC)) for n in names if n and n + "/" != INTERNAL]
+        # `<prefix>.tsproxy/` holds tsproxy's own objects (serve --check's probe), and no prefix whose
+        # name CreateBucket refuses is a bucket.
+        return [(n, datetime.fromtimestamp(0, UTC)) for n in names if self.ns.addressable(n)]
 
     async def create_bucket(self, bucket: str) -> None:
         if not self.ns.mapped:
@@ -43,6 +43,7 @@ class Buckets:
             await self.backend.head(marker.bucket, marker.key)
         except errors.NoSuchKey:
             await self.backend.put(marker.bucket, marker.key, b"")
+            self.core.bucket_exists(bucket)
             return
         raise errors.BucketAlreadyOwnedByYou(BucketName=bucket)
 
@@ -65,6 +66,7 @@ class Buckets:
                 break
         if self.ns.mapped:
             marker = self.layout.bucket_marker(bucket)
+            self.core.bucket_gone(bucket)
             await self.backend.delete(marker.bucket, marker.key)
         else:
             await buckets_of(self.backend).delete_bucket(root.bucket)

@@ -144,6 +144,9 @@ class ServiceCore:
         self.stale_if_error = stale_if_error
         # What this instance writes, for listings by any instance (None: every listing HEADs instead).
         self.catalog = catalog
+        # Client buckets of a mapped namespace found to exist (their marker), asked again after
+        # metadata_ttl: object requests check their bucket without a backend request each.
+        self.buckets_seen: TtlCache[str, bool] = TtlCache(4096, metadata_ttl)
 
     def replace_keyring(self, keyring: KeyRing) -> None:
         """Use another key ring from now on (after a reload).
@@ -187,14 +190,43 @@ class ServiceCore:
                 self.catalog.deleted(bucket, key)
 
     async def head_bucket(self, bucket: str) -> None:
+        """NoSuchBucket unless the client bucket exists, asked of the backend now."""
         if not self.ns.mapped:
             await buckets_of(self.backend).head_bucket(bucket)
             return
-        marker = self.layout.bucket_marker(bucket)
+        marker = self.layout.bucket_marker(bucket)  # NoSuchBucket for a name no bucket can have
         try:
             await self.backend.head(marker.bucket, marker.key)
         except errors.NoSuchKey:
+            self.buckets_seen.pop(bucket)
             raise errors.NoSuchBucket(BucketName=bucket) from None
+        self.bucket_exists(bucket)
+
+    async def check_bucket(self, bucket: str) -> None:
+        """NoSuchBucket unless the client bucket exists, for a request on its objects.
+
+        In a mapped namespace a bucket is its marker, and a prefix without one is no bucket: its
+        existence is asked at most once per metadata_ttl (a bucket deleted through another instance may
+        take objects that long). While the store cannot answer, a bucket seen before is believed for as
+        long as objects resolved before are served (stale_if_error), so that cached reads go on.
+        Otherwise the backend's own bucket answers at the request itself.
+        """
+        if not self.ns.mapped or self.buckets_seen.get(bucket):
+            return
+        try:
+            await self.head_bucket(bucket)
+        except errors.ServiceUnavailable:
+            bound = self.stale_if_error
+            if bound <= 0 or self.buckets_seen.stale(bucket, bound) is None:
+                raise
+
+    def bucket_exists(self, bucket: str) -> None:
+        """Note a client bucket of a mapped namespace found or made."""
+        if self.buckets_seen.ttl > 0:  # (a TtlCache without a ttl keeps its entries for good)
+            self.buckets_seen.put(bucket, True)
+
+    def bucket_gone(self, bucket: str) -> None:
+        self.buckets_seen.pop(bucket)
 
 
 async def buffer_head(stream: AsyncIterator[bytes], limit: int) -> tuple[bytes, AsyncIterator[bytes] | None]:

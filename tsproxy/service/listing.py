@@ -11,7 +11,14 @@ from tsproxy.format.manifest import META_ETAG, META_FORMAT, META_SIZE
 from tsproxy.s3.limits import MAX_LIST_KEYS
 from tsproxy.service import paging
 from tsproxy.service.core import ServiceCore, TtlCache, bounded_gather
-from tsproxy.service.namespace import ESCAPED, RESERVED_START, Location, stored_as_is
+from tsproxy.service.namespace import (
+    ESCAPED,
+    RESERVED_START,
+    Location,
+    prefix_reachable,
+    shares_reserved_start,
+    stored_as_is,
+)
 from tsproxy.service.reads import Reads
 from tsproxy.service.records import (
     ListedObject,
@@ -27,6 +34,8 @@ log = logging.getLogger("tsproxy.service")
 MAX_REFILLS = 4
 # Past every backend name in the reserved range (internal state and escaped keys alike).
 RESERVED_END = RESERVED_START + paging.PAST_PREFIX
+# Names read on either side of the reserved range to tell whether a common prefix holds a client key.
+PROBE_KEYS = 10
 
 
 class Listing:
@@ -59,7 +68,7 @@ class Listing:
         listing looks there too and merges them in client order; when there are none, which is the
         usual case, later pages never look again and the backend's tokens pass through.
         """
-        await self.core.head_bucket(bucket) if self.ns.mapped else None
+        await self.core.check_bucket(bucket)
         root = self.ns.root(bucket)
         cursor = paging.parse_token(token)
         after = paging.later(start_after, cursor.after)
@@ -83,7 +92,7 @@ class Listing:
         names = [(o.key[len(root.key) :], o) for o in page.objects if o.key.startswith(root.key)]
         plain = paging.Page(
             [(name, o) for name, o in names if stored_as_is(name)],
-            [p[len(root.key) :] for p in page.common_prefixes if stored_as_is(p[len(root.key) :])],
+            [p[len(root.key) :] for p in page.common_prefixes if prefix_reachable(p[len(root.key) :])],
             page.is_truncated,
             _horizon(page, len(root.key)),
             page.next_token,
@@ -151,7 +160,34 @@ class Listing:
                 more.is_truncated,
                 more.next_token,
             )
-        return page
+        return await self._without_phantoms(root, page)
+
+    async def _without_phantoms(self, root: Location, page: ListPage) -> ListPage:
+        """The page less the common prefixes that tsproxy's own names alone made.
+
+        A delimiter found in `.tsproxy` (`t`, `s`, `.`, ...) makes the backend roll the reserved range up
+        into a start of it (`.t`), which client keys (`.txt`) may share: each such prefix is shown only
+        when a key stored as it is lies under it, on either side of the reserved range. Other delimiters
+        (`/` above all) make no such prefix and cost nothing here.
+        """
+        doubtful = [p for p in page.common_prefixes if shares_reserved_start(p[len(root.key) :])]
+        if not doubtful:
+            return page
+        held = await asyncio.gather(*(self._holds_client_keys(root, p) for p in doubtful))
+        phantoms = {p for p, client in zip(doubtful, held, strict=True) if not client}
+        shown = [p for p in page.common_prefixes if p not in phantoms]
+        return ListPage(page.objects, shown, page.is_truncated, page.next_token)
+
+    async def _holds_client_keys(self, root: Location, rolled: str) -> bool:
+        """Whether a key stored as it is lies under the backend's common prefix `rolled` (which shares
+        the start of the reserved range): among its first names, or its first past that range."""
+        for start_after in (None, root.key + RESERVED_END):
+            page = await self.backend.list(
+                root.bucket, prefix=rolled, start_after=start_after, max_keys=PROBE_KEYS
+            )
+            if any(stored_as_is(o.key[len(root.key) :]) for o in page.objects):
+                return True
+        return False
 
     async def _escaped(self, bucket: str, prefix: str, after: str | None) -> list[tuple[str, ObjectInfo]]:
         """Escaped objects whose client key starts with `prefix` and sorts after `after`, by client key."""
@@ -244,7 +280,7 @@ async def _no_page() -> ListPage:
 def _shown(page: ListPage, root_len: int) -> int:
     """How many of a backend page's entries a client sees (keys and prefixes stored as they are)."""
     return sum(stored_as_is(o.key[root_len:]) for o in page.objects) + sum(
-        stored_as_is(p[root_len:]) for p in page.common_prefixes
+        prefix_reachable(p[root_len:]) for p in page.common_prefixes
     )
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from tsproxy import errors
 from tsproxy.s3.limits import MAX_KEY_BYTES
+from tsproxy.s3.routing import check_bucket_name
 
 INTERNAL = ".tsproxy/"  # tsproxy's state: multipart uploads, size catalog, bucket markers
 ESCAPED = ".tsproxy~"  # client keys that cannot be stored as they are
@@ -49,6 +50,25 @@ def stored_as_is(key: str) -> bool:
     if key.split("/", 1)[0] in BACKEND_FOLDERS:
         return False
     return not any(segment in (".", "..") for segment in key.split("/"))
+
+
+def prefix_reachable(prefix: str) -> bool:
+    """True when a key stored as it is may start with `prefix` (a common prefix a listing rolled up).
+
+    False when every key under it is escaped or reserved: it starts with `/` or `.tsproxy`, or holds
+    `//`, a folded character or a whole `.` or `..` segment. Its last segment may still grow into a
+    key's (`.` into `.a`), so a prefix is not judged as a key (`stored_as_is`) would be.
+    """
+    if prefix.startswith(("/", RESERVED_START)) or "//" in prefix or _FOLDED_ANYWHERE.search(prefix):
+        return False
+    return not any(segment in (".", "..") for segment in prefix.split("/")[:-1])
+
+
+def shares_reserved_start(prefix: str) -> bool:
+    """True when `prefix` is a proper start of `.tsproxy` (`.`, `.t`, ... `.tsprox`): a backend's listing
+    may roll its reserved names up into it, alone or with client keys, so only a look at what it holds
+    tells whether a client sees it."""
+    return 0 < len(prefix) < len(RESERVED_START) and RESERVED_START.startswith(prefix)
 
 
 def _escape(key: str) -> str:
@@ -101,7 +121,8 @@ class Namespace:
     """Maps client buckets and keys to backend locations.
 
     By default a client bucket is the backend bucket of the same name. With `backend_bucket` set, every
-    client bucket becomes a prefix `<backend_prefix><bucket>/` inside that one backend bucket.
+    client bucket becomes a prefix `<backend_prefix><bucket>/` inside that one backend bucket, and only
+    a name CreateBucket takes names one (`addressable`): `.tsproxy` would be tsproxy's own prefix there.
     """
 
     def __init__(self, backend_bucket: str | None = None, backend_prefix: str = "") -> None:
@@ -112,10 +133,25 @@ class Namespace:
     def mapped(self) -> bool:
         return self.backend_bucket is not None
 
+    def addressable(self, bucket: str) -> bool:
+        """Whether `bucket` can name a client bucket: any name when client buckets are the backend's
+        own (the backend answers for them); in a mapped namespace only a name CreateBucket accepts, so
+        that no bucket's prefix is tsproxy's own (`.tsproxy`) or reaches into another's."""
+        if self.backend_bucket is None:
+            return True
+        try:
+            check_bucket_name(bucket, strict=True)
+        except errors.InvalidBucketName:
+            return False
+        return True
+
     def root(self, bucket: str) -> Location:
-        """The backend bucket and the key prefix under which a client bucket's objects live."""
+        """The backend bucket and the key prefix under which a client bucket's objects live; NoSuchBucket
+        for a name no client bucket can have (`addressable`)."""
         if self.backend_bucket is None:
             return Location(bucket, "")
+        if not self.addressable(bucket):
+            raise errors.NoSuchBucket(BucketName=bucket)
         return Location(self.backend_bucket, f"{self.backend_prefix}{bucket}/")
 
     def object(self, bucket: str, key: str) -> Location:

@@ -64,6 +64,10 @@ class Reads:
                 # client's (and a HEAD's 404 has no body to tell a missing key from a missing bucket).
                 await self.core.head_bucket(bucket)
                 raise errors.NoSuchKey(Key=key) from None
+            # Found: under a mapped namespace, an object is there only in a bucket that was created
+            # (asked after the object, so that a read costs its own requests first and this one at most
+            # once per metadata_ttl).
+            await self.core.check_bucket(bucket)
             try:
                 obj = await self.load(loc, info, end)
             except errors.PreconditionFailed:
@@ -109,6 +113,7 @@ class Reads:
         except (errors.NoSuchKey, errors.NoSuchBucket):
             await self.core.head_bucket(bucket)
             raise errors.NoSuchKey(Key=key) from None
+        await self.core.check_bucket(bucket)
         record = index.lookup(key, info.etag, info.size)
         if record is None or record.head is None or META_FORMAT not in info.metadata:
             if self.metrics is not None:

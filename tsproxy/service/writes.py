@@ -192,6 +192,7 @@ class Writes:
         clients already saw). `content_md5`: the client's Content-MD5, checked against the MD5 the
         transform computes anyway (BadDigest, nothing stored), so the payload need not be hashed twice.
         """
+        await self.core.check_bucket(bucket)  # before a byte of the payload is read
         loc = self.ns.object(bucket, key)
         settings = self.core.settings
         ctx = await self.core.cpu("store", ObjectContext.new, settings, self.core.keyring)
@@ -275,6 +276,7 @@ class Writes:
         return self.core.cataloged(bucket, key, info, StoredObject.written(loc, info, manifest, ctx, meta))
 
     async def delete(self, bucket: str, key: str) -> None:
+        await self.core.check_bucket(bucket)
         loc = self.ns.object(bucket, key)
         cached = await self._cached_versions(bucket, [(key, loc)])
         self.core.invalidate(bucket, key)
@@ -284,6 +286,7 @@ class Writes:
 
     async def delete_many(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
         """DeleteObjects: the keys that could not be deleted, each with an S3 error code and message."""
+        await self.core.check_bucket(bucket)
         failures: list[tuple[str, str, str]] = []
         by_name: dict[str, str] = {}
         located: list[tuple[str, Location]] = []
@@ -360,6 +363,7 @@ class Writes:
         headers: Mapping[str, str],
     ) -> StoredObject:
         """CopyObject, server-side: the stored bytes are never downloaded unless part sizes require it."""
+        await self.core.check_bucket(bucket)
         dst = self.ns.object(bucket, key)
         if src.manifest is None or src.ctx is None:
             meta = {k: encode_meta_value(v) for k, v in metadata.items()} if replace else None

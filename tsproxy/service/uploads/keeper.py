@@ -56,6 +56,9 @@ PENDING_BYTES = 64 << 20
 # Stored bytes of small multipart parts held in memory for the completion of their upload (see
 # RecordKeeper.inline_parts): three or more, as each is below the backend's minimum part size.
 INLINE_PARTS_BYTES = 16 << 20
+# Uploads this instance completed or aborted, remembered (newest) so that their ids name no upload here
+# at once, tickets and all; an older one is found gone by its backend upload (Uploads.upload_part).
+ENDED_UPLOADS = 16_384
 
 
 class RecordKeeper:
@@ -81,6 +84,8 @@ class RecordKeeper:
         self.upload_records = upload_records
         self.upload_record_delay = upload_record_delay
         self.pending = PendingUploads(PENDING_BYTES)
+        # (client bucket, upload name) of the uploads this instance completed or aborted.
+        self.ended: TtlCache[tuple[str, str], bool] = TtlCache(ENDED_UPLOADS, 0)
         self._flusher: asyncio.Task[None] | None = None
 
     def forget(self, bucket: str, name: str) -> None:
@@ -93,6 +98,12 @@ class RecordKeeper:
         entry = self.pending.get(bucket, name)
         if entry is not None:
             self.pending.close(entry)
+
+    def end(self, bucket: str, upload_id: str) -> None:
+        """The upload is completed or aborted: forgotten, and its id names no upload from now on (a
+        ticket would still open: it says what the upload was, not that it still is)."""
+        self.forget(bucket, upload_id)
+        self.ended.put((bucket, upload_name(upload_id)), True)
 
     @property
     def defers_records(self) -> bool:
@@ -227,6 +238,8 @@ class RecordKeeper:
     # -- an upload's state: its state object, or its id's ticket ---------------------------------
 
     async def upload_state(self, bucket: str, key: str | None, upload_id: str) -> UploadState:
+        if self.ended.get((bucket, upload_name(upload_id))):
+            raise errors.NoSuchUpload(UploadId=upload_id)
         state = self.states.get((bucket, upload_id))
         if state is None:
             if not valid_upload_id(upload_id):

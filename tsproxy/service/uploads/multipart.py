@@ -197,6 +197,14 @@ class Uploads:
         state = await self.keeper.upload_state(bucket, key, upload_id)
         if state.backend_upload is None:
             return await self._take_part(bucket, key, state, None, part_no, payload, content_md5, size_hint)
+        entry = self.pending.get(bucket, upload_name(state.upload_id))
+        if entry is None or entry.closed or entry.idle(time.monotonic(), self.keeper.upload_record_delay):
+            # Met here for the first time (another instance took its parts, or this one restarted), or
+            # quiet here long enough for another instance to have ended it: a ticket still opens once
+            # the upload is completed or aborted, and a state may have been read before. The backend
+            # upload says whether it is still there (NoSuchUpload when not), before a byte of the part
+            # is read; the parts of a busy upload through this instance need not ask.
+            await self.keeper.backend_parts(bucket, state)
         entry = self._entry(bucket, state, state_stored=ticket_of(state.upload_id) is None)
         entry.in_flight += 1  # the upload is busy: its records wait
         entry.last_activity = time.monotonic()
@@ -552,9 +560,10 @@ class Uploads:
             raise errors.NoSuchUpload(UploadId=upload_id)
 
     async def _drop_upload(self, bucket: str, upload_id: str, keys: Sequence[str] | None = None) -> None:
-        """Forget the upload and delete its objects: `keys` when the caller knows them (a part that
-        arrives after its listing is left to the janitor), else as listed now."""
-        self.keeper.forget(bucket, upload_id)
+        """End the upload (completed or aborted: its id names no upload any more) and delete its objects:
+        `keys` when the caller knows them (a part that arrives after its listing is left to the
+        janitor), else as listed now."""
+        self.keeper.end(bucket, upload_id)
         prefix = self.layout.upload(bucket, upload_id)
         if keys is not None:
             if keys:
