@@ -5,7 +5,9 @@ serves the whole read. Over each backend, every read checked against what was wr
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from tsproxy.cache.reader import ChunkReader
 from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.format.context import TAG_SIZE
 from tsproxy.service import ObjectService
+from tsproxy.service import reads as reads_module
 from tsproxy.store.base import MIB, Backend
 
 KIB = 1024
@@ -182,3 +185,32 @@ async def test_a_passthrough_object_is_served_from_the_head(
     # The head held the first bytes; the rest came pinned, from where it ended.
     rest = [g for g in seen.gets if g.if_match is not None]
     assert [g.first for g in rest] == [16 * (CHUNK + TAG_SIZE)]
+
+
+async def test_heads_held_at_once_are_bounded(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many reads from byte 0 start at once, at most MAX_HEADS heads are held (fetching, or
+    held by a read); a read beyond that resolves without one, and reads the same bytes."""
+    monkeypatch.setattr(reads_module, "MAX_HEADS", 1)
+    data = os.urandom(2 * MIB)
+    writer = service(backend, ring, pool)
+    for key in ("a", "b", "c"):
+        await put(writer, bucket, key, data)
+    svc = service(backend, ring, pool)
+    first = await svc.resolve(bucket, "a", head_for=MIB)
+    second = await svc.resolve(bucket, "b", head_for=MIB)
+    assert first.head is not None and second.head is None
+    assert b"".join([bytes(p) async for p in svc.read(second, 0, MIB - 1)]) == data[:MIB]
+    assert b"".join([bytes(p) async for p in svc.read(first, 0, MIB - 1)]) == data[:MIB]
+    held = weakref.ref(first.head)
+    del first
+    for _ in range(500):  # the read's downloads end just after its last byte
+        gc.collect()
+        if held() is None:
+            break
+        await asyncio.sleep(0.01)
+    assert held() is None
+    third = await svc.resolve(bucket, "c", head_for=MIB)
+    assert third.head is not None  # the first read's head was let go
+    assert b"".join([bytes(p) async for p in svc.read(third, 0, MIB - 1)]) == data[:MIB]

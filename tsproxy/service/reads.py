@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
@@ -23,8 +24,9 @@ from tsproxy.service.records import (
 )
 from tsproxy.store.base import ObjectInfo, VersionRanges, aclose
 
-# Head GETs (see service.prefix) under way at once; a read that finds this many goes without.
-MAX_HEADS_IN_FLIGHT = 8
+# Heads (see service.prefix) held at once, fetching or read from (a few MiB each): a read that finds
+# this many goes without, so their memory stays bounded whatever the number of clients.
+MAX_HEADS = 8
 
 
 class Reads:
@@ -39,7 +41,7 @@ class Reads:
         self.metrics = core.metrics
         self.catalog = core.catalog
         self.resolved = core.resolved
-        self._heads: list[StoredHead] = []  # head GETs started, until they end
+        self._heads: list[weakref.ref[StoredHead]] = []  # heads fetched, while anything holds them
 
     async def resolve(self, bucket: str, key: str, *, head_for: int | None = None) -> StoredObject:
         """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent.
@@ -77,13 +79,13 @@ class Reads:
         chunk size new objects are written with, each chunk stored at most TAG_SIZE longer)."""
         if head_for is None or head_for <= self.tail_guess:
             return None  # a read this short of a small object is in the tail read already
-        self._heads = [h for h in self._heads if not h.done]
-        if len(self._heads) >= MAX_HEADS_IN_FLIGHT:
+        self._heads = [h for h in self._heads if h() is not None]
+        if len(self._heads) >= MAX_HEADS:
             return None
         chunk = self.core.settings.chunk_size
         chunks = -(-min(head_for, FOREGROUND_BYTES) // chunk)
         head = StoredHead.fetch(self.backend, loc.bucket, loc.key, chunks * (chunk + TAG_SIZE))
-        self._heads.append(head)
+        self._heads.append(weakref.ref(head))
         return head
 
     async def _resolve(self, bucket: str, key: str, loc: Location, head: StoredHead | None) -> StoredObject:
