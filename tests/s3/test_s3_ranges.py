@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from tsproxy import errors
+from tsproxy.s3 import ranges
 from tsproxy.s3.ranges import (
     check_preconditions,
     content_range,
@@ -208,3 +209,24 @@ def test_http_date_round_trips_through_the_precondition_parser(dt: datetime) -> 
     assert check_preconditions(header, ETAG, dt, method="GET") == 304
     later = {"If-Modified-Since": http_date(dt - timedelta(seconds=1))}
     assert check_preconditions(later, ETAG, dt, method="GET") is None
+
+
+@pytest.mark.parametrize(
+    ("header", "span"),
+    [
+        ("bytes=0-1048575", 1 << 20),
+        ("bytes=0-0", 1),
+        (" Bytes = 0- ", ranges.TO_THE_END),
+        ("bytes=0000-9", 10),
+        ("bytes=1-9", None),  # not from the first byte
+        ("bytes=-100", None),  # a suffix: where it starts depends on the size
+        ("bytes=0-5,7-9", None),  # several ranges: S3 serves the whole object
+        ("items=0-9", None),
+        ("bytes=0-" + "9" * 40, None),  # more digits than any object has bytes
+        (None, None),
+    ],
+)
+def test_span_from_start_is_known_before_the_size(header: str | None, span: int | None) -> None:
+    assert ranges.span_from_start(header) == span
+    if span is not None and span != ranges.TO_THE_END:
+        assert ranges.parse_range(header, 1 << 40) == (0, span - 1)  # what is served agrees

@@ -127,9 +127,13 @@ class _Read:
     def part(self, ref: ChunkRef) -> Span | None:
         """What a read that is not moving forward needs of chunk ref when that is only part of it (see
         Part: only that part is inflated); None when it gets the whole chunk."""
+        return None if self.forward else self.needed(ref)
+
+    def needed(self, ref: ChunkRef) -> Span | None:
+        """What this read needs of chunk ref when that is only part of it; None when it needs all."""
         start = max(self.first, ref.original_offset) - ref.original_offset
         stop = min(self.last + 1, ref.original_offset + ref.original_len) - ref.original_offset
-        if self.forward or (start == 0 and stop == ref.original_len):
+        if start == 0 and stop == ref.original_len:
             return None
         return start, stop
 
@@ -313,7 +317,11 @@ class ChunkReader:
             if fut is None:
                 data = await self._from_cached(rd, ref, part)
         if fut is None and data is None:
-            fut = await self._fetch_foreground(rd, i, ref, position)
+            if part is None and rd.forward:
+                # A forward reader waiting for a download gets what it needs of the chunk inflated first;
+                # the whole chunk follows in the background for the reads after it.
+                part = rd.needed(ref)
+            fut = await self._fetch_foreground(rd, i, ref, position, part)
             rd.own = fut
         self._policy.scheduled(rd.stream, ref.original_offset + ref.original_len)
         await self._read_ahead(rd, position)
@@ -358,7 +366,7 @@ class ChunkReader:
         return plain
 
     async def _fetch_foreground(
-        self, rd: _Read, i: int, ref: ChunkRef, position: int
+        self, rd: _Read, i: int, ref: ChunkRef, position: int, part: Span | None = None
     ) -> asyncio.Future[Loaded]:
         """Fetch chunk i now, with the missing chunks of this read up to FOREGROUND_BYTES past position."""
         index = rd.manifest.index
@@ -372,6 +380,8 @@ class ChunkReader:
             return joined
         # All of them this read's own (up to its last chunk): a seek has only what it needs inflated.
         parts = {pos: span for pos, r in enumerate(refs) if (span := rd.part(r)) is not None}
+        if part is not None:
+            parts[0] = part
         futures = self._launch(rd, i, refs, [True, *missing], background=False, parts=parts)
         for pos in range(1, len(refs)):
             if pos in futures:
@@ -503,6 +513,36 @@ class ChunkReader:
         else:
             self._keep_sealed(key, stored)
         return plain
+
+    def _inflate_ahead(self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview) -> None:
+        """Decode a whole chunk into memory for a forward reader that so far got only part of it; its
+        next read waits for this (a promotion, see _chunk) rather than decoding the chunk again."""
+        key = rd.key(ref)
+        if self._closed or key in self._promoting:
+            return
+        fut: asyncio.Future[bytes | memoryview | None] = asyncio.get_running_loop().create_future()
+        self._promoting[key] = fut
+        self._spawn(self._inflate(rd, ref, stored, fut))
+
+    async def _inflate(
+        self,
+        rd: _Read,
+        ref: ChunkRef,
+        stored: bytes | memoryview,
+        fut: asyncio.Future[bytes | memoryview | None],
+    ) -> None:
+        key = rd.key(ref)
+        plain: bytes | memoryview | None = None
+        try:
+            plain = await self._decoded(rd, ref, stored, None, urgent=False)
+            self._hot.put(key, plain)
+        except errors.IntegrityError:
+            pass  # its reader got the same error; a next one fetches the chunk again
+        finally:
+            if not fut.done():
+                fut.set_result(plain)
+            if self._promoting.get(key) is fut:
+                del self._promoting[key]
 
     async def _decoded(
         self, rd: _Read, ref: ChunkRef, stored: bytes | memoryview, part: Span | None, *, urgent: bool = True
@@ -652,6 +692,8 @@ class ChunkReader:
         else:
             fut.set_result(Part(stored, part, plain))
             self._keep_sealed(rd.key(ref), stored)
+            if rd.forward:
+                self._inflate_ahead(rd, ref, stored)
         if self._cache is not None:
             # The stored bytes as fetched, now verified: a quarter of the plaintext for Kafka data, and
             # already sealed when the object is encrypted. A forward reader holds the chunk in memory

@@ -55,6 +55,26 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return first, size - 1 if last is None else min(last, size - 1)
 
 
+# What `span_from_start` says of `bytes=0-`: to the object's end, whatever its size.
+TO_THE_END = 1 << 62
+
+
+def span_from_start(header: str | None) -> int | None:
+    """How many bytes from an object's first a Range header asks for, known before the object's size
+    is: `b + 1` for `bytes=0-b`, TO_THE_END for `bytes=0-`, None for every other header (or none).
+    For reading ahead only: `parse_range` says what is served."""
+    if header is None:
+        return None
+    unit, eq, spec = header.strip().partition("=")
+    match = _SPEC.fullmatch(spec.strip()) if eq and unit.strip().lower() == "bytes" else None
+    if match is None or match.group(1) == "" or len(match.group(1)) > 18 or len(match.group(2)) > 18:
+        return None
+    first_s, last_s = match.groups()
+    if int(first_s) != 0:
+        return None
+    return TO_THE_END if not last_s else int(last_s) + 1
+
+
 def _unsatisfiable(header: str, size: int) -> errors.S3Error:
     return errors.InvalidRange(RangeRequested=header.strip(), ActualObjectSize=str(size))
 

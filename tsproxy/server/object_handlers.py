@@ -61,7 +61,13 @@ async def head_object(ex: Exchange) -> web.StreamResponse:
 
 
 async def get_object(ex: Exchange) -> web.StreamResponse:
-    obj = await ex.service.resolve(ex.bucket, ex.key)
+    # A ranged read from the object's first byte gets the object's first chunks fetched with its tail.
+    head_for = (
+        None
+        if _part_number(ex.query) is not None
+        else ranges.span_from_start(ex.request.headers.get("Range"))
+    )
+    obj = await ex.service.resolve(ex.bucket, ex.key, head_for=head_for)
     try:
         return await _send_object(ex, obj, head=False)
     except ObjectChanged:

@@ -132,8 +132,8 @@ class ObjectService:
 
     # -- objects -------------------------------------------------------------------------------------
 
-    async def resolve(self, bucket: str, key: str) -> StoredObject:
-        return await self.reads.resolve(bucket, key)
+    async def resolve(self, bucket: str, key: str, *, head_for: int | None = None) -> StoredObject:
+        return await self.reads.resolve(bucket, key, head_for=head_for)
 
     async def resolve_for_head(self, bucket: str, key: str) -> StoredObject:
         return await self.reads.resolve_for_head(bucket, key)

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
 from tsproxy import errors
+from tsproxy.cache.reader import FOREGROUND_BYTES
 from tsproxy.format import decode_tail
+from tsproxy.format.context import TAG_SIZE
 from tsproxy.format.manifest import META_FORMAT
 from tsproxy.format.tail import TAIL_GUESS, find_tail, first_read, metadata_guess
 from tsproxy.service.core import (
     ServiceCore,
 )
 from tsproxy.service.namespace import Location
+from tsproxy.service.prefix import HeadRanges, StoredHead
 from tsproxy.service.records import (
     ObjectChanged,
     StoredObject,
 )
 from tsproxy.store.base import ObjectInfo, StoreFault, VersionRanges, aclose
+
+# Heads (see service.prefix) held at once, fetching or read from (a few MiB each): a read that finds
+# this many goes without, so their memory stays bounded whatever the number of clients.
+MAX_HEADS = 8
 
 
 class Reads:
@@ -32,13 +41,18 @@ class Reads:
         self.metrics = core.metrics
         self.catalog = core.catalog
         self.resolved = core.resolved
+        self._heads: list[weakref.ref[StoredHead]] = []  # heads fetched, while anything holds them
 
-    async def resolve(self, bucket: str, key: str) -> StoredObject:
+    async def resolve(self, bucket: str, key: str, *, head_for: int | None = None) -> StoredObject:
         """The object at (bucket, key) as the client sees it: NoSuchKey / NoSuchBucket when absent.
 
         One backend request in the usual case: a suffix GET of `tail_guess` bytes answers with the
         object's size (its Content-Range), ETag and metadata, and holds the tail of any ordinary
         tsproxy object; only a longer tail takes one more GET, pinned to that ETag.
+
+        `head_for`: the read to come asks for the object's first `head_for` bytes. When the object is
+        not resolved yet and that is more than its tail read holds, its first chunks are fetched at the
+        same time as its tail, and the object returned holds them for that read (`StoredObject.head`).
         """
         cached = self.resolved.get((bucket, key))
         if cached is not None:
@@ -48,6 +62,33 @@ class Reads:
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
         loc = self.ns.object(bucket, key)
+        head = self._fetch_head(loc, head_for)
+        try:
+            obj = await self._resolve(bucket, key, loc, head)
+        except BaseException:
+            if head is not None:
+                await head.close()
+            raise
+        if obj.head is not head and head is not None:
+            await head.close()  # the tail read held all of it
+        return obj
+
+    def _fetch_head(self, loc: Location, head_for: int | None) -> StoredHead | None:
+        """Start the GET of an object's first stored bytes for a read of its first `head_for` original
+        bytes: as many as the chunks the read engine's first request would bring in can take (in the
+        chunk size new objects are written with, each chunk stored at most TAG_SIZE longer)."""
+        if head_for is None or head_for <= self.tail_guess:
+            return None  # a read this short of a small object is in the tail read already
+        self._heads = [h for h in self._heads if h() is not None]
+        if len(self._heads) >= MAX_HEADS:
+            return None
+        chunk = self.core.settings.chunk_size
+        chunks = -(-min(head_for, FOREGROUND_BYTES) // chunk)
+        head = StoredHead.fetch(self.backend, loc.bucket, loc.key, chunks * (chunk + TAG_SIZE))
+        self._heads.append(weakref.ref(head))
+        return head
+
+    async def _resolve(self, bucket: str, key: str, loc: Location, head: StoredHead | None) -> StoredObject:
         for attempt in range(3):
             try:
                 info, end = await self._suffix(loc)
@@ -77,7 +118,9 @@ class Reads:
                 continue
             if self.resolved.ttl > 0:
                 self.resolved.put((bucket, key), obj)
-            return obj
+            if end is not None and len(end) >= info.size and info.size > 0:
+                head = StoredHead.held(info.etag, end[len(end) - info.size :])  # the whole object
+            return obj if head is None else dataclasses.replace(obj, head=head)
         raise AssertionError("unreachable")
 
     def _stale(self, bucket: str, key: str) -> StoredObject | None:
@@ -196,18 +239,24 @@ class Reads:
         if obj.manifest is None or obj.ctx is None:
             return _changed_is_gone(obj.loc, self._read_passthrough(obj, first, last))
         # The read engine fetches the stored chunks it lacks from this version of the object.
-        ranges = VersionRanges(self.backend, obj.loc.bucket, obj.loc.key, obj.backend_etag)
-        return _changed_is_gone(obj.loc, self.core.reader.read(obj.manifest, obj.ctx, ranges, first, last))
+        fetch = self._ranges(obj)
+        return _changed_is_gone(obj.loc, self.core.reader.read(obj.manifest, obj.ctx, fetch, first, last))
 
-    async def _read_passthrough(self, obj: StoredObject, first: int, last: int) -> AsyncIterator[bytes]:
+    def _ranges(self, obj: StoredObject) -> VersionRanges | HeadRanges:
+        ranges = VersionRanges(self.backend, obj.loc.bucket, obj.loc.key, obj.backend_etag)
+        return ranges if obj.head is None else HeadRanges(ranges, obj.head)
+
+    async def _read_passthrough(
+        self, obj: StoredObject, first: int, last: int
+    ) -> AsyncIterator[bytes | memoryview]:
         if obj.size == 0:
             return
-        reader = await self.backend.get(obj.loc.bucket, obj.loc.key, first, last, if_match=obj.backend_etag)
+        pieces = self._ranges(obj)(first, last + 1)
         try:
-            async for piece in reader:
+            async for piece in pieces:
                 yield piece
         finally:
-            await reader.close()
+            await aclose(pieces)
 
 
 async def _changed_is_gone(

@@ -12,6 +12,7 @@ from tsproxy.format import (
     ObjectContext,
 )
 from tsproxy.service.namespace import Location
+from tsproxy.service.prefix import StoredHead
 from tsproxy.store.base import ObjectInfo
 
 
@@ -36,6 +37,9 @@ class StoredObject:
     backend_metadata: Mapping[str, str] = field(default_factory=dict)
     # Described by the size catalog for a HEAD: no manifest was read, so it can't be read from.
     head_only: bool = False
+    # The object's first stored bytes, fetched with its tail for the read that resolved it (see
+    # service.prefix); never kept with the object beyond that read.
+    head: StoredHead | None = field(default=None, compare=False, repr=False)
 
     @property
     def passthrough(self) -> bool:
