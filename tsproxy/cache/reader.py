@@ -26,6 +26,11 @@ that fails to decode is dropped as stale and the chunk fetched again.
 Downloads outlive the read that started them, so a client hanging up never fails another reader
 sharing them.
 
+Size: past 700 lines since deletes forget chunks (`forget`) and forward readers decode their part of a
+chunk first. The order above is one state machine over shared per-chunk state (downloads in flight, the
+window, the hot set); split across modules, each half would reach into the other's. Planning (prefetch),
+decoding (decoding) and the disk cache (chunks) are already modules of their own.
+
 Memory: `memory_bytes` of hot chunks; a read holds the chunk it is yielding plus, without a disk cache,
 its own read-ahead window; downloads hold at most max_parallel_fetches requests of at most
 max_request_bytes each.
