@@ -158,7 +158,7 @@ def run_command(args: argparse.Namespace, spark: Any | None = None) -> int:
     if own:
         from .session import spark_session
 
-        spark = spark_session(getattr(args, "master", None), "tsproxy export", conf)
+        spark = spark_session(getattr(args, "master", None), "tsproxy export", conf, with_source=False)
     try:
         summary = run_export(job, spark, progress_seconds=args.progress_seconds)
     except ConfigError:

@@ -125,6 +125,9 @@ class ExportSummary:
     seconds: float = 0.0
     corrupt_batches: int = 0  # corrupt stretches of record batches skipped (skip_corrupt) ...
     corrupt_segments: int = 0  # ... in this many segments
+    # Seconds spent exporting segments, summed over the tasks that did it: the per-byte work, apart from
+    # Spark's start, planning and per-task costs (seconds - task_seconds / cores is about the fixed cost).
+    task_seconds: float = 0.0
     results: list[SegmentResult] = field(default_factory=list, repr=False)
 
     def add(self, result: SegmentResult) -> None:
@@ -134,6 +137,7 @@ class ExportSummary:
         self.records += result.records
         self.bytes_in += result.bytes_in
         self.bytes_out += result.bytes_out
+        self.task_seconds += result.seconds
         self.files += len(result.files)
         self.results.append(result)
 

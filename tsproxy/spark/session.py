@@ -22,9 +22,15 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def spark_session(
-    master: str | None = "local[*]", app_name: str = "tsproxy", conf: Mapping[str, str] | None = None
+    master: str | None = "local[*]",
+    app_name: str = "tsproxy",
+    conf: Mapping[str, str] | None = None,
+    *,
+    with_source: bool = True,
 ) -> Any:
-    """Get or create a SparkSession with the tiered-kafka source registered.
+    """Get or create a SparkSession, with the tiered-kafka source registered unless `with_source` is
+    False (registering builds Spark SQL's session state, seconds of JVM start-up that the RDD-only
+    export does not need).
 
     `master=None`: the master spark-submit gave, else `local[*]`.
     """
@@ -53,7 +59,8 @@ def spark_session(
     spark = builder.getOrCreate()
     if not quiet:
         spark.sparkContext.setLogLevel("WARN")
-    register(spark)
+    if with_source:
+        register(spark)
     # One line naming where the work runs: a job meant for a cluster that ran locally is obvious.
     print(f"{app_name}: Spark {spark.version} on {spark.sparkContext.master}", file=sys.stderr, flush=True)
     return spark
