@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,17 +23,6 @@ from tsproxy.store.base import Backend
 
 CHUNK = 64 * 1024
 SIZE = 5 * CHUNK + 1000  # six chunks
-
-
-@pytest.fixture(scope="module")
-def ring() -> KeyRing:
-    return KeyRing.new(key_id="forget")
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as executor:
-        yield executor
 
 
 class Instance:

@@ -8,7 +8,7 @@ import asyncio
 import gc
 import os
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -70,17 +70,6 @@ class Recording:
                         *, if_match: str | None = None) -> Any:  # fmt: skip
         async with await self.get(bucket, key, first, last, if_match=if_match) as reader:
             return reader.info, await reader.read()
-
-
-@pytest.fixture(scope="module")
-def ring() -> KeyRing:
-    return KeyRing.new(key_id="first-read")
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as executor:
-        yield executor
 
 
 def service(backend: Any, ring: KeyRing, pool: ThreadPoolExecutor) -> ObjectService:

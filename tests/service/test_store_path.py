@@ -12,7 +12,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -61,17 +61,6 @@ class Recording:
                           **kwargs: Any) -> str:  # fmt: skip
         self.sent.append(("part", bytes(body), kwargs.get("content_md5")))
         return str(await self.inner.upload_part(bucket, key, upload_id, part_no, body, *args, **kwargs))
-
-
-@pytest.fixture(scope="module")
-def ring() -> KeyRing:
-    return KeyRing.new(key_id="store-path")
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as executor:
-        yield executor
 
 
 def service(backend: Backend, ring: KeyRing, pool: ThreadPoolExecutor, **settings: Any) -> ObjectService:

@@ -4,7 +4,7 @@ store or from what this instance holds, never from neither."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,12 +16,6 @@ from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.service import ObjectService
 from tsproxy.service.uploads.ids import ticket_of
 from tsproxy.store.s3 import S3Backend
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as executor:
-        yield executor
 
 
 @pytest.fixture
