@@ -29,6 +29,7 @@ from tsproxy.s3.limits import MAX_PARTS
 from tsproxy.service.core import (
     SMALL_OBJECT,
     ServiceCore,
+    bounded_gather,
     buffer_head,
     chain,
     encode_meta_value,
@@ -328,18 +329,16 @@ class Writes:
                 unknown.append((key, loc))
         if not unknown:
             return found
-        slots = asyncio.Semaphore(FORGET_LOOKUPS)
 
-        async def stored(loc: Location) -> Manifest | None:
-            async with slots:
-                try:
-                    obj = await self.reads.stored_at(loc)
-                except Exception as e:  # the delete itself says what is wrong with the store
-                    log.debug("no stored version to forget: %s", type(e).__name__)
-                    return None
+        async def stored(item: tuple[str, Location]) -> Manifest | None:
+            try:
+                obj = await self.reads.stored_at(item[1])
+            except Exception as e:  # the delete itself says what is wrong with the store
+                log.debug("no stored version to forget: %s", type(e).__name__)
+                return None
             return obj.manifest if obj is not None else None
 
-        manifests = await asyncio.gather(*(stored(loc) for _, loc in unknown))
+        manifests = await bounded_gather(FORGET_LOOKUPS, unknown, stored)
         found += [(key, m) for (key, _), m in zip(unknown, manifests, strict=True) if m is not None]
         return found
 
