@@ -24,7 +24,7 @@ from tsproxy.service.catalog import SizeCatalog
 from tsproxy.service.namespace import Namespace
 from tsproxy.service.records import StoredObject
 from tsproxy.service.uploads.layout import Layout
-from tsproxy.store.base import Backend, ObjectInfo, buckets_of
+from tsproxy.store.base import STORE_UNAVAILABLE, Backend, ObjectInfo, buckets_of
 
 log = logging.getLogger("tsproxy.service")
 
@@ -215,7 +215,7 @@ class ServiceCore:
             return
         try:
             await self.head_bucket(bucket)
-        except errors.ServiceUnavailable:
+        except STORE_UNAVAILABLE:
             bound = self.stale_if_error
             if bound <= 0 or self.buckets_seen.stale(bucket, bound) is None:
                 raise

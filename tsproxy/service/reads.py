@@ -22,7 +22,7 @@ from tsproxy.service.records import (
     ObjectChanged,
     StoredObject,
 )
-from tsproxy.store.base import ObjectInfo, StoreFault, VersionRanges, aclose
+from tsproxy.store.base import STORE_UNAVAILABLE, ObjectInfo, VersionRanges, aclose
 
 # Heads (see service.prefix) held at once, fetching or read from (a few MiB each): a read that finds
 # this many goes without, so their memory stays bounded whatever the number of clients.
@@ -92,7 +92,7 @@ class Reads:
         for attempt in range(3):
             try:
                 info, end = await self._suffix(loc)
-            except (errors.ServiceUnavailable, StoreFault):
+            except STORE_UNAVAILABLE:
                 # The store cannot say whether the object changed (an outage, a server error, or its
                 # refusal of our credentials): an object resolved before is served as it was, within a
                 # bound. A SlowDown is the store answering, and is passed on instead.

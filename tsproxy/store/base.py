@@ -24,6 +24,7 @@ __all__ = [  # the S3 limits are re-exported: the backends and their callers tak
     "MAX_PART_SIZE",
     "MIB",
     "MIN_PART_SIZE",
+    "STORE_UNAVAILABLE",
     "Backend",
     "Body",
     "BodyMD5",
@@ -72,6 +73,11 @@ class StoreFault(errors.InternalError):  # type: ignore[misc,valid-type]
         """What the store answered, for a person: "500 InternalError", "502"."""
         status = str(self.backend_status) if self.backend_status else ""
         return " ".join(dict.fromkeys(part for part in (status, self.backend_code) if part))
+
+
+# The failures that say the store does not serve (not reached, refusing our credentials, or answering
+# server errors): what its health counts, and what lets a reader fall back on what it saw before.
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (errors.ServiceUnavailable, StoreFault)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import TypeVar
 
 from tsproxy import errors
 from tsproxy.store.base import (
+    STORE_UNAVAILABLE,
     Backend,
     Body,
     BodyMD5,
@@ -68,7 +69,7 @@ def unavailable(reason: str) -> errors.S3Error:
 
 def fails_store(error: BaseException) -> bool:
     """Whether a backend request's failure says the store does not serve (see the module docstring)."""
-    return isinstance(error, (errors.ServiceUnavailable, StoreFault))
+    return isinstance(error, STORE_UNAVAILABLE)
 
 
 def reason_of(error: errors.S3Error) -> str:
