@@ -45,23 +45,28 @@ _FOLDED_ANYWHERE = re.compile("[" + re.escape(FOLDED) + "]")
 
 def stored_as_is(key: str) -> bool:
     """True when `key` is its own backend name (no backend can fold it onto another key)."""
-    if key.startswith(("/", RESERVED_START)) or "//" in key or _FOLDED_ANYWHERE.search(key):
-        return False
-    if key.split("/", 1)[0] in BACKEND_FOLDERS:
-        return False
-    return not any(segment in (".", "..") for segment in key.split("/"))
+    return not _escaped_shape(key, key.split("/"))
 
 
 def prefix_reachable(prefix: str) -> bool:
     """True when a key stored as it is may start with `prefix` (a common prefix a listing rolled up).
 
     False when every key under it is escaped or reserved: it starts with `/` or `.tsproxy`, or holds
-    `//`, a folded character or a whole `.` or `..` segment. Its last segment may still grow into a
-    key's (`.` into `.a`), so a prefix is not judged as a key (`stored_as_is`) would be.
+    `//`, a folded character, a whole `.` or `..` segment or a backend's folder as its first whole
+    segment. Its last segment may still grow into a key's (`.` into `.a`), so a prefix is not judged as a
+    key (`stored_as_is`) would be.
     """
-    if prefix.startswith(("/", RESERVED_START)) or "//" in prefix or _FOLDED_ANYWHERE.search(prefix):
-        return False
-    return not any(segment in (".", "..") for segment in prefix.split("/")[:-1])
+    return not _escaped_shape(prefix, prefix.split("/")[:-1])
+
+
+def _escaped_shape(text: str, whole_segments: list[str]) -> bool:
+    """Whether a key, or every key starting with `text`, is escaped; `whole_segments` are the segments of
+    `text` that nothing more can be added to (all of a key's)."""
+    if text.startswith(("/", RESERVED_START)) or "//" in text or _FOLDED_ANYWHERE.search(text):
+        return True
+    if whole_segments and whole_segments[0] in BACKEND_FOLDERS:
+        return True
+    return any(segment in (".", "..") for segment in whole_segments)
 
 
 def shares_reserved_start(prefix: str) -> bool:
