@@ -17,6 +17,7 @@ its GET sent at once rather than after the head's part.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -114,14 +115,8 @@ class StoredHead:
                 await self._progress()
 
     def _index(self, pos: int) -> int:
-        lo, hi = 0, len(self._starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._starts[mid] <= pos:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        """The piece holding stored byte `pos` (one received already)."""
+        return bisect.bisect_right(self._starts, pos) - 1
 
     async def close(self) -> None:
         """Stop its GET if it is still running (the read it was fetched for is over)."""
