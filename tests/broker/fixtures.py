@@ -1,9 +1,11 @@
 """The real-broker stack and its dataset, shared by every test that needs a broker (tests/broker and
 tests/connect): registered once in tests/conftest.py, so one session starts one broker.
 
-- `stack` (session): SeaweedFS (the session's), a `tsproxy serve` subprocess in front of it and a Kafka
+- `stack` (session): a SeaweedFS of its own, a `tsproxy serve` subprocess in front of it and a Kafka
   4.0 broker whose tiered storage is Aiven's plugin pointed at that tsproxy. Skips when the jars of
-  `make kafka-jars` are missing.
+  `make kafka-jars` are missing. The SeaweedFS is not the session's: that tsproxy's janitor runs every
+  2 s and removes uploads quiet for 10 s in every bucket of its store (it maps buckets one to one), so
+  on the shared store it would end the uploads of every test that runs after it.
 - `dataset` (session): topics produced once and tiered (every closed segment remote, its local copy
   gone): uncompressed over three partitions, one partition per producer codec, transactions with
   aborts, and a topic whose segments are multipart uploads. Tests read it; none changes it.
@@ -87,7 +89,7 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(seaweed: SeaweedFS) -> Iterator[Stack]:
+def stack() -> Iterator[Stack]:
     jars = kafka_jars()
     if jars is None:
         pytest.skip("no Kafka broker and tiered storage plugin jars: run `make kafka-jars`")
@@ -97,22 +99,27 @@ def stack(seaweed: SeaweedFS) -> Iterator[Stack]:
     # kept when TSP_KEEP_BROKER_DIR is set, for reading the logs after the run.
     workdir = Path(tempfile.mkdtemp(prefix="tsp-broker-"))
     bucket = "kafka-tiered-" + uuid.uuid4().hex[:8]
-    seaweed.boto3_client().create_bucket(Bucket=bucket)
-    tsproxy = TsproxyServer(
-        workdir / "tsproxy",
-        seaweed.endpoint,
-        (seaweed.access_key, seaweed.secret_key),
-        settings={"janitor_interval": "2s", "leftover_age": "10s"},
-    )
-    tsproxy.start()
-    broker = KafkaBroker(workdir / "broker", jars, tsproxy.endpoint, bucket)
+    seaweed = SeaweedFS.start()
+    tsproxy: TsproxyServer | None = None
+    broker: KafkaBroker | None = None
     try:
+        seaweed.boto3_client().create_bucket(Bucket=bucket)
+        tsproxy = TsproxyServer(
+            workdir / "tsproxy",
+            seaweed.endpoint,
+            (seaweed.access_key, seaweed.secret_key),
+            settings={"janitor_interval": "2s", "leftover_age": "10s"},
+        )
+        tsproxy.start()
+        broker = KafkaBroker(workdir / "broker", jars, tsproxy.endpoint, bucket)
         broker.start()
         yield Stack(seaweed, tsproxy, broker, bucket, workdir)
     finally:
-        broker.stop()
-        tsproxy.stop()
-        seaweed.remove_bucket(bucket)
+        if broker is not None:
+            broker.stop()
+        if tsproxy is not None:
+            tsproxy.stop()
+        seaweed.stop()
         if not os.environ.get("TSP_KEEP_BROKER_DIR"):
             shutil.rmtree(workdir, ignore_errors=True)
 
