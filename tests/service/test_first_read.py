@@ -11,11 +11,13 @@ import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tsproxy.cache.reader import ChunkReader
+from tsproxy.cache.chunks import ChunkCache, ChunkKey
+from tsproxy.cache.reader import ChunkReader, version_id
 from tsproxy.format import KeyRing, TransformSettings
 from tsproxy.format.context import TAG_SIZE
 from tsproxy.service import ObjectService
@@ -203,3 +205,66 @@ async def test_heads_held_at_once_are_bounded(
     third = await svc.resolve(bucket, "c", head_for=MIB)
     assert third.head is not None  # the first read's head was let go
     assert b"".join([bytes(p) async for p in svc.read(third, 0, MIB - 1)]) == data[:MIB]
+
+
+async def _cached_reader(directory: Path, pool: ThreadPoolExecutor) -> tuple[ChunkCache, ChunkReader]:
+    cache = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: ChunkCache(directory, 64 << 20, executor=pool)
+    )
+    return cache, ChunkReader(cache, pool, prefetch_bytes=0)
+
+
+async def _expired(svc: ObjectService, bucket: str, key: str) -> None:
+    """Wait until the resolution of (bucket, key) is past its metadata_ttl (a microsecond here)."""
+    for _ in range(1000):
+        if svc.core.resolved.get((bucket, key)) is None:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the resolution did not expire")
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["chunks-cached", "chunks-forgotten"])
+async def test_a_read_again_past_the_ttl_fetches_no_head_for_chunks_the_cache_holds(
+    backend: Backend, bucket: str, ring: KeyRing, pool: ThreadPoolExecutor, tmp_path: Path, held: bool
+) -> None:
+    """A consumer reading a segment from its start again (or on past metadata_ttl): the object is
+    resolved again (its tail), but when the cache holds the chunks the read needs of the version resolved
+    before, its head is not downloaded beside the tail only to be thrown away. When the cache no longer
+    holds them, the head goes out beside the tail as on a first read."""
+    data = os.urandom(3 * MIB + 5)
+    cache, reader = await _cached_reader(tmp_path / "cache", pool)
+    seen = Recording(backend)
+    cfg = TransformSettings(chunk_size=CHUNK, compression="off")
+    svc = ObjectService(seen, ring, cfg, reader, pool, metadata_ttl=1e-6)
+    try:
+        await put(svc, bucket, "seg.log", data)
+        assert await read(svc, bucket, "seg.log", 0, len(data) - 1, head_for=len(data)) == data
+        obj = svc.core.resolved.stale((bucket, "seg.log"), 60)
+        assert obj is not None and obj[0].manifest is not None
+        manifest = obj[0].manifest
+        version, index = version_id(manifest), manifest.index
+        keys = [ChunkKey(version, r.segment_no, r.chunk_no) for r in map(index.chunk, range(len(index)))]
+        for _ in range(500):  # the chunks land in the disk cache from its writer thread
+            if all(await cache.contains_many(keys)):
+                break
+            await asyncio.sleep(0.01)
+        assert all(await cache.contains_many(keys))
+        assert await reader.holds(manifest, 0, MIB - 1)
+        if not held:
+            await reader.forget(manifest)
+            assert not await reader.holds(manifest, 0, MIB - 1)
+        await _expired(svc, bucket, "seg.log")
+        seen.gets.clear()
+        assert await read(svc, bucket, "seg.log", 0, MIB - 1, head_for=MIB) == data[:MIB]
+        suffix = seen.gets[0]
+        assert suffix.first == -(64 * KIB)
+        if held:
+            assert len(seen.gets) == 1  # the tail, and not a byte of the chunks
+        else:
+            head = seen.gets[1]
+            assert head.first == 0 and head.if_match is None
+            assert head.last == 4 * (CHUNK + TAG_SIZE) - 1
+            assert all(g.if_match is not None for g in seen.gets[2:])
+    finally:
+        await reader.close()
+        await asyncio.get_running_loop().run_in_executor(None, cache.close)

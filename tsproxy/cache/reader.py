@@ -279,6 +279,29 @@ class ChunkReader:
         """Whether chunks may be held on disk (a disk cache that is not certainly empty)."""
         return self._cache is not None and self._cache.may_hold_entries
 
+    async def holds(self, manifest: Manifest, first: int, last: int) -> bool:
+        """Whether this instance holds every chunk of the original bytes first..last of one stored version
+        (in memory, on disk, or on its way): a read of them now would ask the backend for nothing."""
+        if self._closed or not 0 <= first <= last < manifest.size:
+            return False
+        version = self._version(manifest)
+        index = manifest.index
+        keys = [
+            ChunkKey(version, ref.segment_no, ref.chunk_no)
+            for ref in (index.chunk(i) for i in range(index.chunk_at(first), index.chunk_at(last) + 1))
+        ]
+        rest = [
+            k
+            for k in keys
+            if k not in self._hot
+            and Sealed(k) not in self._hot
+            and k not in self._flights
+            and k not in self._promoting
+        ]
+        if not rest:
+            return True
+        return self._cache is not None and all(await self._cache.contains_many(rest))
+
     async def forget(self, manifest: Manifest) -> int:
         """Drop every cached chunk of one stored version, from memory and disk: its object was deleted.
         Returns the disk entries deleted. A download of one of its chunks still under way may land later,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 from collections.abc import AsyncIterator
 from urllib.parse import unquote
@@ -62,7 +63,7 @@ class Reads:
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
         loc = self.ns.object(bucket, key)
-        head = self._fetch_head(loc, head_for)
+        head = None if await self._start_held(bucket, key, head_for) else self._fetch_head(loc, head_for)
         try:
             obj = await self._resolve(bucket, key, loc, head)
         except BaseException:
@@ -72,6 +73,21 @@ class Reads:
         if obj.head is not head and head is not None:
             await head.close()  # the tail read held all of it
         return obj
+
+    async def _start_held(self, bucket: str, key: str, head_for: int | None) -> bool:
+        """Whether the chunks a read of the first `head_for` bytes needs are held by the read engine for
+        the version of the object resolved before (its resolution now past metadata_ttl): a consumer
+        reading a segment again, or on past the TTL. Its head is then not fetched: the read would take
+        the chunks from the cache, and the head's bytes would be a download for nothing. Should the
+        object have changed meanwhile, the new version's chunks are fetched by the read engine instead,
+        one round trip later."""
+        if head_for is None or head_for <= self.tail_guess:
+            return False
+        kept = self.resolved.stale((bucket, key), math.inf)
+        manifest = kept[0].manifest if kept is not None else None
+        if manifest is None or manifest.size == 0:
+            return False
+        return await self.core.reader.holds(manifest, 0, min(head_for, FOREGROUND_BYTES, manifest.size) - 1)
 
     def _fetch_head(self, loc: Location, head_for: int | None) -> StoredHead | None:
         """Start the GET of an object's first stored bytes for a read of its first `head_for` original
