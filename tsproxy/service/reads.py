@@ -63,7 +63,10 @@ class Reads:
         if self.metrics is not None:
             self.metrics.manifest_cache.labels("miss").inc()
         loc = self.ns.object(bucket, key)
-        head = None if await self._start_held(bucket, key, head_for) else self._fetch_head(loc, head_for)
+        reach = self._head_reach(head_for)
+        head = None
+        if reach is not None and not await self._start_held(bucket, key, reach):
+            head = self._fetch_head(loc, reach)
         try:
             obj = await self._resolve(bucket, key, loc, head)
         except BaseException:
@@ -74,32 +77,36 @@ class Reads:
             await head.close()  # the tail read held all of it
         return obj
 
-    async def _start_held(self, bucket: str, key: str, head_for: int | None) -> bool:
-        """Whether the chunks a read of the first `head_for` bytes needs are held by the read engine for
-        the version of the object resolved before (its resolution now past metadata_ttl): a consumer
-        reading a segment again, or on past the TTL. Its head is then not fetched: the read would take
-        the chunks from the cache, and the head's bytes would be a download for nothing. Should the
-        object have changed meanwhile, the new version's chunks are fetched by the read engine instead,
-        one round trip later."""
+    def _head_reach(self, head_for: int | None) -> int | None:
+        """How many of an object's first original bytes its head is for, for a read of its first
+        `head_for`: as many as the read engine's first request brings in. None when there is no head to
+        fetch: not a read from the start, or one this short of a small object, which the tail read holds."""
         if head_for is None or head_for <= self.tail_guess:
-            return False
+            return None
+        return min(head_for, FOREGROUND_BYTES)
+
+    async def _start_held(self, bucket: str, key: str, reach: int) -> bool:
+        """Whether the read engine holds the chunks of the first `reach` bytes of the version of the
+        object resolved before (its resolution now past metadata_ttl): a consumer reading a segment
+        again, or on past the TTL. Its head is then not fetched: the read would take the chunks from the
+        cache, and the head's bytes would be a download for nothing. Should the object have changed
+        meanwhile, the new version's chunks are fetched by the read engine instead, one round trip
+        later."""
         kept = self.resolved.stale((bucket, key), math.inf)
         manifest = kept[0].manifest if kept is not None else None
         if manifest is None or manifest.size == 0:
             return False
-        return await self.core.reader.holds(manifest, 0, min(head_for, FOREGROUND_BYTES, manifest.size) - 1)
+        return await self.core.reader.holds(manifest, 0, min(reach, manifest.size) - 1)
 
-    def _fetch_head(self, loc: Location, head_for: int | None) -> StoredHead | None:
-        """Start the GET of an object's first stored bytes for a read of its first `head_for` original
-        bytes: as many as the chunks the read engine's first request would bring in can take (in the
-        chunk size new objects are written with, each chunk stored at most TAG_SIZE longer)."""
-        if head_for is None or head_for <= self.tail_guess:
-            return None  # a read this short of a small object is in the tail read already
+    def _fetch_head(self, loc: Location, reach: int) -> StoredHead | None:
+        """Start the GET of the stored bytes of an object's first `reach` original bytes (in the chunk
+        size new objects are written with, each chunk stored at most TAG_SIZE longer); None when MAX_HEADS
+        are held already."""
         self._heads = [h for h in self._heads if h() is not None]
         if len(self._heads) >= MAX_HEADS:
             return None
         chunk = self.core.settings.chunk_size
-        chunks = -(-min(head_for, FOREGROUND_BYTES) // chunk)
+        chunks = -(-reach // chunk)
         head = StoredHead.fetch(self.backend, loc.bucket, loc.key, chunks * (chunk + TAG_SIZE))
         self._heads.append(weakref.ref(head))
         return head
