@@ -330,15 +330,15 @@ class Writes:
         if not unknown:
             return found
 
-        async def stored(item: tuple[str, Location]) -> Manifest | None:
+        async def stored(loc: Location) -> Manifest | None:
             try:
-                obj = await self.reads.stored_at(item[1])
+                obj = await self.reads.stored_at(loc)
             except Exception as e:  # the delete itself says what is wrong with the store
                 log.debug("no stored version to forget: %s", type(e).__name__)
                 return None
             return obj.manifest if obj is not None else None
 
-        manifests = await bounded_gather(FORGET_LOOKUPS, unknown, stored)
+        manifests = await bounded_gather(FORGET_LOOKUPS, [loc for _, loc in unknown], stored)
         found += [(key, m) for (key, _), m in zip(unknown, manifests, strict=True) if m is not None]
         return found
 
